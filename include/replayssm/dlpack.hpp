@@ -1,0 +1,13 @@
+// Zero-copy bridge from DLPack (the tensor-exchange ABI of PyTorch, CuPy, JAX, ...).
+#pragma once
+#include <dlpack/dlpack.h>
+
+#include "replayssm/tensor.hpp"
+
+namespace replayssm {
+
+// View a DLTensor (no copy). Throws Error("<name>") for unsupported dtypes/devices or > kMaxDims.
+// A null `strides` field means row-major contiguous; `byte_offset` is folded into the pointer.
+TensorView from_dlpack(const DLTensor& t, const char* name = "tensor");
+
+}  // namespace replayssm

@@ -1,0 +1,103 @@
+// Gated DeltaNet (Qwen3.5-style) decode ops: classic recurrent step, ReplaySSM standard decode,
+// ReplaySSM speculative verify and the classic speculative path. Validation and dispatch as in
+// mamba2.hpp.
+//
+// Recurrence per v-head hv (k-head h = hv / (HV/H)), all arithmetic in fp32 (float64 in the reference):
+//   g = -exp(A_log) * softplus(a + dt_bias),  alpha = exp(g),  beta = sigmoid(b)  (beta is NOT
+//   rounded to b's dtype, unlike some baselines: that rounding is a known source of drift)
+//   if qk_l2norm: q /= sqrt(sum q^2 + 1e-6), k /= sqrt(sum k^2 + 1e-6);  q *= scale
+//   d = beta * (v - alpha * S k)      (the corrected value; S is V x K, "K-last")
+//   S = alpha * S + d k^T ;  o = S q
+// ReplaySSM caches (d, normalised k, g) per token: with d known the recurrence is linear, so
+//   S_w = exp(G) S0 + sum_j exp(G - G_j) d_j k_j^T   (G_j prefix sums of g).
+#pragma once
+#include "replayssm/cursor.hpp"
+#include "replayssm/geometry.hpp"
+#include "replayssm/tensor.hpp"
+
+namespace replayssm::gdn {
+
+struct Weights {
+  TensorView A_log;    // [HV] float32
+  TensorView dt_bias;  // [HV] float32
+  float scale = 0.f;   // 0 means 1/sqrt(K)
+  bool qk_l2norm = true;
+};
+
+// Token inputs; q, k, v may be views into one packed [tokens, 2HK + HV V] row (free token stride,
+// innermost contiguous). a, b may be strided any way.
+struct TokenInputs {
+  TensorView q;  // [tokens, H, K]
+  TensorView k;  // [tokens, H, K]
+  TensorView v;  // [tokens, HV, V]
+  TensorView a;  // [tokens, HV] raw decay-gate projection
+  TensorView b;  // [tokens, HV] raw beta projection
+};
+
+struct DecodeArgs {
+  GdnGeometry geo;
+  TokenInputs in;
+  Weights w;
+  TensorView state;     // [slots, HV, V, K] state dtype, dense per slot, updated in place
+  TensorView slot_idx;  // [rows] int32, < 0 = padding (out left untouched)
+  TensorView out;       // [rows, HV, V] activation dtype
+};
+void decode(const DecodeArgs& args, Stream stream = nullptr);
+
+// Ring entries d and k are stored in float32 (exact: the same function as the classic step up to
+// fp32 rounding) or in the activation dtype (fewer bytes, rounds d and k once).
+struct ReplayCache {
+  TensorView checkpoint;  // [slots, HV, V, K] state dtype
+  TensorView d_ring;      // [slots, HV, L, V] float32 or activation dtype
+  TensorView k_ring;      // [slots, H, L, K]  float32 or activation dtype (normalised, unscaled k)
+  TensorView g_ring;      // [slots, HV, L] float32 log-decay
+  TensorView cursor;      // [slots] int32, 0 <= w < L
+  int ring_len() const { return d_ring.ndim == 4 ? int(d_ring.shape[2]) : 0; }
+};
+
+struct ReplayDecodeArgs {
+  GdnGeometry geo;
+  TokenInputs in;
+  Weights w;
+  ReplayCache cache;
+  TensorView slot_idx;
+  TensorView out;
+};
+void replay_decode(const ReplayDecodeArgs& args, Stream stream = nullptr);
+
+struct SpecCache {
+  TensorView checkpoint;  // [slots, HV, V, K]
+  TensorView d_ring;      // [slots, HV, R, V], R = spec.ring_len()
+  TensorView k_ring;      // [slots, H, R, K]
+  TensorView g_ring;      // [slots, HV, R] float32
+  TensorView cursor;      // [slots, 2] int32 (w, origin)
+};
+
+// Within a window the delta rule couples tokens; the verify solves the unit lower-triangular
+// system over the window exactly.
+struct VerifyArgs {
+  GdnGeometry geo;
+  SpecConfig spec;
+  TokenInputs in;
+  Weights w;
+  SpecCache cache;
+  TensorView slot_idx;
+  TensorView query_start_loc;
+  TensorView out;  // [tokens, HV, V]
+};
+void spec_verify(const VerifyArgs& args, Stream stream = nullptr);
+
+struct ClassicSpecArgs {
+  GdnGeometry geo;
+  int window = 4;
+  TokenInputs in;
+  Weights w;
+  TensorView state;            // [slots, HV, V, K]
+  TensorView state_indices;    // [rows, T] int32
+  TensorView num_accepted;     // [rows] int32
+  TensorView query_start_loc;  // [rows + 1]
+  TensorView out;              // [tokens, HV, V]
+};
+void classic_spec_decode(const ClassicSpecArgs& args, Stream stream = nullptr);
+
+}  // namespace replayssm::gdn

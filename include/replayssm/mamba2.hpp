@@ -1,0 +1,120 @@
+// Mamba-2 decode ops: the classic state update, ReplaySSM standard decode, ReplaySSM speculative
+// verify and the classic speculative path. Every op validates all its arguments (shape, dtype,
+// strides, device, index and cursor ranges) and throws replayssm::Error naming the argument before
+// anything is written; then it runs on the device its tensors live on (CPU, or CUDA when built).
+//
+// Recurrence per head h (group g = h / (H/G)), all arithmetic in fp32 (float64 in the reference):
+//   delta = softplus(dt + dt_bias)   (softplus(u) = u for u > 20; skipped if !dt_softplus)
+//   S     = exp(A * delta) * S + delta * x B^T          (S is P x N)
+//   y     = S C + D * x ;  y *= z * sigmoid(z)  if z is given
+// dtypes: activations (x, B, C, z, out) float32 / bfloat16 / float16, all the same; dt the
+// activation dtype or float32; A, dt_bias, D float32; states float32 / bfloat16 / float16.
+#pragma once
+#include "replayssm/cursor.hpp"
+#include "replayssm/geometry.hpp"
+#include "replayssm/tensor.hpp"
+
+namespace replayssm::mamba2 {
+
+struct Weights {
+  TensorView A;        // [H] float32, A = -exp(A_log) (negative)
+  TensorView dt_bias;  // [H] float32, optional
+  TensorView D;        // [H] float32, optional skip weight
+  bool dt_softplus = true;
+};
+
+// Token inputs: one token per row (standard decode) or the packed window tokens of all rows
+// (speculative). Token and head strides are free (slices of a packed conv output are fine); the
+// innermost dimension of x, B, C, z must be contiguous. dt may be strided any way (stride 0 too).
+struct TokenInputs {
+  TensorView x;   // [tokens, H, P]
+  TensorView dt;  // [tokens, H] raw dt, before bias and softplus
+  TensorView B;   // [tokens, G, N]
+  TensorView C;   // [tokens, G, N]
+  TensorView z;   // [tokens, H, P] optional gate
+};
+
+// ---- classic decode: read the state, update it, write it back, output ----
+struct DecodeArgs {
+  Mamba2Geometry geo;
+  TokenInputs in;       // tokens == rows
+  Weights w;
+  TensorView state;     // [slots, H, P, N], [H, P, N] dense per slot; updated in place
+  TensorView slot_idx;  // [rows] int32, < 0 = padding row (its out is left untouched)
+  TensorView out;       // [rows, H, P], activation dtype, innermost contiguous
+};
+void decode(const DecodeArgs& args, Stream stream = nullptr);
+
+// ---- ReplaySSM standard decode ----
+// Per slot: checkpoint S0 plus a linear ring of the L-1 most recent inputs since it. At cursor w
+// the step appends (x, delta, B) at ring position w and computes y from S0 + ring without writing
+// any state; at w == L-1 it folds ring + current token into S0 (the flush) and writes it once.
+// The cursor is only read here: call advance_cursors() once per step after the last layer.
+struct ReplayCache {
+  TensorView checkpoint;  // [slots, H, P, N] state dtype; dense per slot
+  TensorView x_ring;      // [slots, H, L, P] activation dtype; dense per slot
+  TensorView dt_ring;     // [slots, H, L] float32: delta after bias + softplus; dense per slot
+  TensorView B_ring;      // [slots, G, L, N] activation dtype; dense per slot
+  TensorView cursor;      // [slots] int32, 0 <= w < L
+  int ring_len() const { return x_ring.ndim == 4 ? int(x_ring.shape[2]) : 0; }
+};
+
+enum class Route {
+  output_only,       // y = decay * (S0 C) + sum_k s_k (B_k . C) x_k : no state formed except on flush
+  state_and_output,  // rebuild S_w every step (the flush's small GEMM), y = S_w C
+};
+
+struct ReplayDecodeArgs {
+  Mamba2Geometry geo;
+  TokenInputs in;       // tokens == rows
+  Weights w;
+  ReplayCache cache;
+  TensorView slot_idx;  // [rows] int32, < 0 = padding; no slot twice
+  TensorView out;       // [rows, H, P]
+  Route route = Route::output_only;
+};
+void replay_decode(const ReplayDecodeArgs& args, Stream stream = nullptr);
+
+// ---- ReplaySSM speculative verify ----
+// Each row brings a window of 1..T tokens (query_start_loc). Every window position's output is
+// computed causally from the checkpoint + committed history + the window's earlier tokens; the
+// window's inputs are written into the circular ring after the history; no state is written,
+// except that a row whose slot has spec.flush_due(w) first folds its history into the checkpoint.
+// Follow each verify with exactly one commit_cursors().
+struct SpecCache {
+  TensorView checkpoint;  // [slots, H, P, N] state dtype
+  TensorView x_ring;      // [slots, H, R, P] activation dtype, R = spec.ring_len()
+  TensorView dt_ring;     // [slots, H, R] float32 delta
+  TensorView B_ring;      // [slots, G, R, N] activation dtype
+  TensorView cursor;      // [slots, 2] int32 (w, origin)
+};
+
+struct VerifyArgs {
+  Mamba2Geometry geo;
+  SpecConfig spec;
+  TokenInputs in;              // packed window tokens
+  Weights w;
+  SpecCache cache;
+  TensorView slot_idx;         // [rows] int32, < 0 = padding
+  TensorView query_start_loc;  // [rows + 1] int32, window of row i = tokens [qsl[i], qsl[i+1])
+  TensorView out;              // [tokens, H, P]
+};
+void spec_verify(const VerifyArgs& args, Stream stream = nullptr);
+
+// ---- classic speculative path (the comparator): one full state written per window token ----
+// Row i starts from the state in slot state_indices[i][num_accepted[i] - 1] (the accepted prefix of
+// the previous step) and writes the state after window token t into slot state_indices[i][t].
+struct ClassicSpecArgs {
+  Mamba2Geometry geo;
+  int window = 4;              // T: columns of state_indices
+  TokenInputs in;              // packed window tokens
+  Weights w;
+  TensorView state;            // [slots, H, P, N]
+  TensorView state_indices;    // [rows, T] int32; row is padding when column 0 is < 0
+  TensorView num_accepted;     // [rows] int32, 1..T
+  TensorView query_start_loc;  // [rows + 1] int32
+  TensorView out;              // [tokens, H, P]
+};
+void classic_spec_decode(const ClassicSpecArgs& args, Stream stream = nullptr);
+
+}  // namespace replayssm::mamba2

@@ -1,0 +1,36 @@
+// Bytes a decode step moves through memory, by our own count (the model the benchmarks and the
+// demo report against). Per step for `rows` live rows; each input read once, each output written once.
+#pragma once
+#include "replayssm/dtype.hpp"
+#include "replayssm/geometry.hpp"
+
+namespace replayssm {
+
+struct StepBytes {
+  double state_read = 0, state_write = 0;  // checkpoint / state pool
+  double ring_read = 0, ring_write = 0;    // ReplaySSM rings
+  double io = 0;                           // token inputs, weights and outputs
+  double total() const { return state_read + state_write + ring_read + ring_write + io; }
+  double state() const { return state_read + state_write; }
+  StepBytes& operator+=(const StepBytes& o);
+  StepBytes scaled(double f) const;
+};
+
+struct DtypePair {
+  DType state = DType::f32;
+  DType act = DType::bf16;
+  DType ring = DType::bf16;  // GDN d/k rings (float32 or act); Mamba-2 rings are always act
+};
+
+// Mamba-2 (dt given in the activation dtype, no z gate unless with_gate).
+StepBytes mamba2_classic_step_bytes(const Mamba2Geometry& g, int rows, DtypePair t, bool with_gate = false);
+// ReplaySSM standard decode at fill level w (w == L-1 is the flush step).
+StepBytes mamba2_replay_step_bytes(const Mamba2Geometry& g, int rows, int L, int w, DtypePair t, bool with_gate = false);
+// Average over one full cycle w = 0..L-1 (what a long decode pays per step).
+StepBytes mamba2_replay_cycle_bytes(const Mamba2Geometry& g, int rows, int L, DtypePair t, bool with_gate = false);
+
+StepBytes gdn_classic_step_bytes(const GdnGeometry& g, int rows, DtypePair t);
+StepBytes gdn_replay_step_bytes(const GdnGeometry& g, int rows, int L, int w, DtypePair t);
+StepBytes gdn_replay_cycle_bytes(const GdnGeometry& g, int rows, int L, DtypePair t);
+
+}  // namespace replayssm

@@ -1,0 +1,88 @@
+#include "replayssm/traffic.hpp"
+
+namespace replayssm {
+
+StepBytes& StepBytes::operator+=(const StepBytes& o) {
+  state_read += o.state_read; state_write += o.state_write;
+  ring_read += o.ring_read; ring_write += o.ring_write; io += o.io;
+  return *this;
+}
+StepBytes StepBytes::scaled(double f) const {
+  StepBytes s = *this;
+  s.state_read *= f; s.state_write *= f; s.ring_read *= f; s.ring_write *= f; s.io *= f;
+  return s;
+}
+
+static double mamba2_io(const Mamba2Geometry& g, int rows, DtypePair t, bool gate) {
+  const double a = dtype_size(t.act), HP = double(g.heads) * g.headdim, GN = double(g.groups) * g.dstate;
+  const double per_row = HP * a /*x*/ + g.heads * a /*dt*/ + 2 * GN * a /*B, C*/ + HP * a /*out*/ +
+                         (gate ? HP * a : 0) + 4.0 /*slot id*/;
+  return rows * per_row + 3.0 * 4 * g.heads /*A, dt_bias, D*/;
+}
+
+StepBytes mamba2_classic_step_bytes(const Mamba2Geometry& g, int rows, DtypePair t, bool gate) {
+  StepBytes b;
+  const double S = double(rows) * g.heads * g.headdim * g.dstate * dtype_size(t.state);
+  b.state_read = S;
+  b.state_write = S;
+  b.io = mamba2_io(g, rows, t, gate);
+  return b;
+}
+
+StepBytes mamba2_replay_step_bytes(const Mamba2Geometry& g, int rows, int L, int w, DtypePair t, bool gate) {
+  StepBytes b;
+  const double a = dtype_size(t.act);
+  const double S = double(rows) * g.heads * g.headdim * g.dstate * dtype_size(t.state);
+  const double entry = double(g.heads) * g.headdim * a + 4.0 * g.heads + double(g.groups) * g.dstate * a;  // x, dt, B
+  const bool flush = (w == L - 1);
+  b.state_read = S;
+  b.state_write = flush ? S : 0;
+  b.ring_read = double(rows) * w * entry;
+  b.ring_write = flush ? 0 : double(rows) * entry;
+  b.io = mamba2_io(g, rows, t, gate) + 4.0 * rows /*cursor*/;
+  return b;
+}
+
+StepBytes mamba2_replay_cycle_bytes(const Mamba2Geometry& g, int rows, int L, DtypePair t, bool gate) {
+  StepBytes sum;
+  for (int w = 0; w < L; ++w) sum += mamba2_replay_step_bytes(g, rows, L, w, t, gate);
+  return sum.scaled(1.0 / L);
+}
+
+static double gdn_io(const GdnGeometry& g, int rows, DtypePair t) {
+  const double a = dtype_size(t.act);
+  const double per_row = 2.0 * g.k_heads * g.head_k_dim * a /*q, k*/ + double(g.v_heads) * g.head_v_dim * a /*v*/ +
+                         2.0 * g.v_heads * a /*a, b*/ + double(g.v_heads) * g.head_v_dim * a /*out*/ + 4.0;
+  return rows * per_row + 2.0 * 4 * g.v_heads;
+}
+
+StepBytes gdn_classic_step_bytes(const GdnGeometry& g, int rows, DtypePair t) {
+  StepBytes b;
+  const double S = double(rows) * g.v_heads * g.head_v_dim * g.head_k_dim * dtype_size(t.state);
+  b.state_read = S;
+  b.state_write = S;
+  b.io = gdn_io(g, rows, t);
+  return b;
+}
+
+StepBytes gdn_replay_step_bytes(const GdnGeometry& g, int rows, int L, int w, DtypePair t) {
+  StepBytes b;
+  const double r = dtype_size(t.ring);
+  const double S = double(rows) * g.v_heads * g.head_v_dim * g.head_k_dim * dtype_size(t.state);
+  const double entry = double(g.v_heads) * g.head_v_dim * r + double(g.k_heads) * g.head_k_dim * r + 4.0 * g.v_heads;
+  const bool flush = (w == L - 1);
+  b.state_read = S;
+  b.state_write = flush ? S : 0;
+  b.ring_read = double(rows) * w * entry;
+  b.ring_write = flush ? 0 : double(rows) * entry;
+  b.io = gdn_io(g, rows, t) + 4.0 * rows;
+  return b;
+}
+
+StepBytes gdn_replay_cycle_bytes(const GdnGeometry& g, int rows, int L, DtypePair t) {
+  StepBytes sum;
+  for (int w = 0; w < L; ++w) sum += gdn_replay_step_bytes(g, rows, L, w, t);
+  return sum.scaled(1.0 / L);
+}
+
+}  // namespace replayssm

@@ -1,0 +1,120 @@
+// Shared pieces of the CPU Gated DeltaNet kernels: dtype-converting row loads/stores (the switch is
+// hoisted out of the element loop so the loops vectorise), dot products, and the per-token
+// preparation (gates, L2-normalised k, normalised-and-scaled q) that every op does identically.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "params/gdn_params.hpp"
+#include "replayssm/dtype.hpp"
+
+namespace replayssm::cpu::gdn_detail {
+
+inline const void* at(const void* base, DType t, int64_t idx) {
+  return static_cast<const char*>(base) + idx * dtype_size(t);
+}
+inline void* at(void* base, DType t, int64_t idx) { return static_cast<char*>(base) + idx * dtype_size(t); }
+
+template <class T>
+inline void load_row(const void* p, DType t, int n, T* out) {
+  if (t == DType::f32) {
+    const float* s = static_cast<const float*>(p);
+    for (int i = 0; i < n; ++i) out[i] = T(s[i]);
+  } else if (t == DType::f64) {
+    const double* s = static_cast<const double*>(p);
+    for (int i = 0; i < n; ++i) out[i] = T(s[i]);
+  } else if (t == DType::bf16) {
+    const uint16_t* s = static_cast<const uint16_t*>(p);
+    for (int i = 0; i < n; ++i) out[i] = T(bf16_bits_to_f32(s[i]));
+  } else if (t == DType::f16) {
+    const uint16_t* s = static_cast<const uint16_t*>(p);
+    for (int i = 0; i < n; ++i) out[i] = T(f16_bits_to_f32(s[i]));
+  }
+}
+
+// Stores round to nearest even from float (T = float) or from double (T = double; 16-bit formats
+// go through float first, exactly as a double -> float -> half conversion on a GPU would).
+template <class T>
+inline void store_row(void* p, DType t, int n, const T* in) {
+  if (t == DType::f32) {
+    float* d = static_cast<float*>(p);
+    for (int i = 0; i < n; ++i) d[i] = float(in[i]);
+  } else if (t == DType::f64) {
+    double* d = static_cast<double*>(p);
+    for (int i = 0; i < n; ++i) d[i] = double(in[i]);
+  } else if (t == DType::bf16) {
+    uint16_t* d = static_cast<uint16_t*>(p);
+    for (int i = 0; i < n; ++i) d[i] = f32_to_bf16_bits(float(in[i]));
+  } else if (t == DType::f16) {
+    uint16_t* d = static_cast<uint16_t*>(p);
+    for (int i = 0; i < n; ++i) d[i] = f32_to_f16_bits(float(in[i]));
+  }
+}
+
+template <class T>
+inline T load_one(const void* base, DType t, int64_t idx) {
+  T v = T(0);
+  load_row<T>(at(base, t, idx), t, 1, &v);
+  return v;
+}
+
+// Round in place to what a store to `t` and a reload would give.
+template <class T>
+inline void round_row(DType t, int n, T* x) {
+  if (t == DType::f64 || (t == DType::f32 && sizeof(T) == 4)) return;
+  for (int i = 0; i < n; ++i) x[i] = T(round_to(t, x[i]));
+}
+
+template <class T>
+inline T dot(const T* a, const T* b, int n) {
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+template <class T>
+inline void axpy(T alpha, const T* x, T* y, int n) {  // y += alpha x
+#pragma omp simd
+  for (int i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+template <class T>
+inline T softplus20(T x) { return x > T(20) ? x : T(std::log1p(std::exp(x))); }
+
+// One token's per-v-head quantities, computed in T.
+template <class T>
+struct TokenPrep {
+  T g = 0, alpha = 1, beta = 0;
+};
+
+// Loads token `tok` for v-head hv: q (normalised, scaled), k (normalised, unscaled), v; gates.
+template <class T>
+inline TokenPrep<T> prep_token(const GdnStepParams& p, int64_t tok, int hv, T* q, T* k, T* v) {
+  const int K = p.head_k_dim, V = p.head_v_dim;
+  const int h = hv / (p.v_heads / p.k_heads);
+  load_row<T>(at(p.q, p.act, tok * p.q_tok + h * p.q_head), p.act, K, q);
+  load_row<T>(at(p.k, p.act, tok * p.k_tok + h * p.k_head), p.act, K, k);
+  load_row<T>(at(p.v, p.act, tok * p.v_tok + hv * p.v_head), p.act, V, v);
+  T rq = 1, rk = 1;
+  if (p.qk_l2norm) {
+    rq = T(1) / std::sqrt(dot(q, q, K) + T(1e-6));
+    rk = T(1) / std::sqrt(dot(k, k, K) + T(1e-6));
+  }
+  const T sq = rq * T(p.scale);
+  for (int i = 0; i < K; ++i) { q[i] *= sq; k[i] *= rk; }
+  TokenPrep<T> t;
+  const T a = load_one<T>(p.a, p.a_dtype, tok * p.a_tok + hv * p.a_head);
+  const T b = load_one<T>(p.b, p.b_dtype, tok * p.b_tok + hv * p.b_head);
+  const T A_log = load_one<T>(p.A_log, p.w_dtype, hv * p.A_log_stride);
+  const T bias = load_one<T>(p.dt_bias, p.w_dtype, hv * p.dt_bias_stride);
+  t.g = -std::exp(A_log) * softplus20(a + bias);
+  t.alpha = std::exp(t.g);
+  t.beta = T(1) / (T(1) + std::exp(-b));  // not rounded to b's dtype (see gdn.hpp)
+  return t;
+}
+
+inline int32_t slot_of(const GdnStepParams& p, int row) { return p.slot_idx[row * p.slot_idx_stride]; }
+
+}  // namespace replayssm::cpu::gdn_detail

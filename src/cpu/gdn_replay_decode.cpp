@@ -1,0 +1,101 @@
+// CPU ReplaySSM standard decode for Gated DeltaNet. Slot cursor w (read only) counts the tokens
+// in the linear ring since the checkpoint S0. With G_j the inclusive prefix sums of the ring's g
+// and G the total, the state before this token is
+//   S_prev = exp(G) S0 + sum_{j<w} exp(G - G_j) d_j k_j^T.
+// Append step (w < L-1): S_prev is never formed; only S_prev q and S_prev k are needed, as inner
+// products against S0 plus the ring (what the GPU kernel does). The token's (d, k, g) go to ring
+// position w. Flush step (w == L-1): S_prev is materialised, stepped once and written back as the
+// new checkpoint; nothing is appended (advance_cursors then wraps w to 0).
+#include <cmath>
+#include <vector>
+
+#include "cpu/gdn_common.hpp"
+#include "cpu/gdn_ops.hpp"
+
+namespace replayssm::cpu {
+namespace {
+
+using namespace gdn_detail;
+
+template <class T>
+void run(const GdnReplayParams& P) {
+  const GdnStepParams& p = P.step;
+  const GdnRingParams& R = P.ring;
+  const int HV = p.v_heads, K = p.head_k_dim, V = p.head_v_dim, L = R.ring;
+  const int vpk = HV / p.k_heads;
+#pragma omp parallel
+  {
+    std::vector<T> q(K), k(K), v(V), s(K), o(V), Sq(V), Sk(V), d(V);
+    std::vector<T> om(L), kh(size_t(L) * K), dh(size_t(L) * V), Sp;
+#pragma omp for collapse(2) schedule(static)
+    for (int r = 0; r < p.rows; ++r)
+      for (int hv = 0; hv < HV; ++hv) {
+        const int32_t slot = slot_of(p, r);
+        if (slot < 0) continue;
+        const int w = R.cursor[slot * R.cursor_slot];
+        const int h = hv / vpk;
+        const TokenPrep<T> t = prep_token<T>(p, r, hv, q.data(), k.data(), v.data());
+        const T kq = dot(k.data(), q.data(), K);
+
+        // History: decay weights and the cached (d, k), upcast once.
+        void* gr = at(R.g_ring, R.g_dtype, slot * R.gr_slot + int64_t(hv) * L);
+        void* dr = at(R.d_ring, R.d_dtype, slot * R.dr_slot + int64_t(hv) * L * V);
+        void* kr = at(R.k_ring, R.k_dtype, slot * R.kr_slot + int64_t(h) * L * K);
+        T G = 0;
+        for (int j = 0; j < w; ++j) { G += load_one<T>(gr, R.g_dtype, j); om[j] = G; }
+        for (int j = 0; j < w; ++j) om[j] = std::exp(G - om[j]);
+        const T tot = std::exp(G);
+        load_row<T>(dr, R.d_dtype, w * V, dh.data());
+        load_row<T>(kr, R.k_dtype, w * K, kh.data());
+
+        void* S0 = at(p.state, p.state_dtype, slot * p.state_slot + int64_t(hv) * V * K);
+        if (w < L - 1) {
+          for (int i = 0; i < V; ++i) {
+            load_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, s.data());
+            Sq[i] = tot * dot(s.data(), q.data(), K);
+            Sk[i] = tot * dot(s.data(), k.data(), K);
+          }
+          for (int j = 0; j < w; ++j) {
+            const T* kj = &kh[size_t(j) * K];
+            axpy(om[j] * dot(kj, q.data(), K), &dh[size_t(j) * V], Sq.data(), V);
+            axpy(om[j] * dot(kj, k.data(), K), &dh[size_t(j) * V], Sk.data(), V);
+          }
+          for (int i = 0; i < V; ++i) {
+            d[i] = t.beta * (v[i] - t.alpha * Sk[i]);
+            o[i] = t.alpha * Sq[i] + d[i] * kq;
+          }
+          store_row<T>(at(dr, R.d_dtype, int64_t(w) * V), R.d_dtype, V, d.data());
+          store_row<T>(at(gr, R.g_dtype, w), R.g_dtype, 1, &t.g);
+          // k_ring is per k-head: the first v-head of the group writes it. The others read only
+          // positions < w, so there is no race.
+          if (hv % vpk == 0) store_row<T>(at(kr, R.k_dtype, int64_t(w) * K), R.k_dtype, K, k.data());
+        } else {
+          Sp.resize(size_t(V) * K);
+          for (int i = 0; i < V; ++i) {
+            T* si = &Sp[size_t(i) * K];
+            load_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, si);
+            for (int c = 0; c < K; ++c) si[c] *= tot;
+          }
+          for (int j = 0; j < w; ++j)
+            for (int i = 0; i < V; ++i) axpy(om[j] * dh[size_t(j) * V + i], &kh[size_t(j) * K], &Sp[size_t(i) * K], K);
+          for (int i = 0; i < V; ++i) {
+            T* si = &Sp[size_t(i) * K];
+            const T di = t.beta * (v[i] - t.alpha * dot(si, k.data(), K));
+            o[i] = t.alpha * dot(si, q.data(), K) + di * kq;
+#pragma omp simd
+            for (int c = 0; c < K; ++c) si[c] = t.alpha * si[c] + di * k[c];
+          }
+          store_row<T>(S0, p.state_dtype, V * K, Sp.data());
+        }
+        store_row<T>(at(p.out, p.out_dtype, r * p.out_tok + hv * p.out_head), p.out_dtype, V, o.data());
+      }
+  }
+}
+
+}  // namespace
+
+void gdn_replay_decode(const GdnReplayParams& p) {
+  if (p.step.act == DType::f64) run<double>(p); else run<float>(p);
+}
+
+}  // namespace replayssm::cpu

@@ -1,0 +1,144 @@
+// CPU ReplaySSM speculative verify for Gated DeltaNet. Slot cursor (w, origin): w committed
+// history tokens in a circular ring of R = next_pow2(history + window) positions, logical
+// position c at physical (origin + c) & (R - 1). Per (row, v-head):
+//   1. S_h, the state at the window start: exp(G) S0 + sum_{c<w} exp(G - G_c) d_c k_c^T. On a
+//      flush-due slot it is materialised and (w > 0) written as the new checkpoint, rounded to the
+//      state dtype, and the window runs from that stored value; otherwise only S_h q_s and S_h k_s
+//      are formed, as inner products against S0 and the ring.
+//   2. The window's corrected values d_s couple through the delta rule; with Gam_s the local
+//      inclusive prefix sums of the window's g they solve the unit lower-triangular system
+//        d_s + sum_{j<s} beta_s exp(Gam_s - Gam_j) (k_j.k_s) d_j = beta_s (v_s - exp(Gam_s) S_h k_s)
+//      by forward substitution, and o_s = exp(Gam_s) S_h q_s + sum_{j<=s} exp(Gam_s - Gam_j) (k_j.q_s) d_j.
+//   3. The window's (d, k, g) go to logical positions w .. w+n-1; commit_cursors keeps the
+//      accepted prefix. Under the strict early-flush rule w + n <= R, so no live entry is overwritten.
+#include <cmath>
+#include <vector>
+
+#include "cpu/gdn_common.hpp"
+#include "cpu/gdn_ops.hpp"
+
+namespace replayssm::cpu {
+namespace {
+
+using namespace gdn_detail;
+
+template <class T>
+void run(const GdnVerifyParams& P) {
+  const GdnStepParams& p = P.step;
+  const GdnRingParams& R = P.ring;
+  const int HV = p.v_heads, K = p.head_k_dim, V = p.head_v_dim, RL = R.ring, mask = RL - 1;
+  const int vpk = HV / p.k_heads, T_ = P.window;
+#pragma omp parallel
+  {
+    std::vector<T> s(K), om(RL), kh(size_t(RL) * K), dh(size_t(RL) * V), Sp;
+    std::vector<T> qw(size_t(T_) * K), kw(size_t(T_) * K), vw(size_t(T_) * V);
+    std::vector<T> HQ(size_t(T_) * V), HK(size_t(T_) * V), D(size_t(T_) * V), O(size_t(T_) * V);
+    std::vector<T> gam(T_), beta(T_), gw(T_), KK(size_t(T_) * T_), KQ(size_t(T_) * T_);
+#pragma omp for collapse(2) schedule(static)
+    for (int r = 0; r < p.rows; ++r)
+      for (int hv = 0; hv < HV; ++hv) {
+        const int32_t slot = slot_of(p, r);
+        if (slot < 0) continue;
+        const int w = R.cursor[slot * R.cursor_slot], origin = R.cursor[slot * R.cursor_slot + 1];
+        const int t0 = P.query_start_loc[r], n = P.query_start_loc[r + 1] - t0;
+        if (n <= 0) continue;  // an empty window is a no-op (no fold either); its commit moves nothing
+        const bool flush = w + 2 * P.window > P.history + P.window;
+        const int h = hv / vpk;
+        char* gr = static_cast<char*>(at(R.g_ring, R.g_dtype, slot * R.gr_slot + int64_t(hv) * RL));
+        char* dr = static_cast<char*>(at(R.d_ring, R.d_dtype, slot * R.dr_slot + int64_t(hv) * RL * V));
+        char* kr = static_cast<char*>(at(R.k_ring, R.k_dtype, slot * R.kr_slot + int64_t(h) * RL * K));
+
+        // History, in logical order.
+        T G = 0;
+        for (int c = 0; c < w; ++c) {
+          const int ph = (origin + c) & mask;
+          G += load_one<T>(gr, R.g_dtype, ph);
+          om[c] = G;
+          load_row<T>(at(dr, R.d_dtype, int64_t(ph) * V), R.d_dtype, V, &dh[size_t(c) * V]);
+          load_row<T>(at(kr, R.k_dtype, int64_t(ph) * K), R.k_dtype, K, &kh[size_t(c) * K]);
+        }
+        for (int c = 0; c < w; ++c) om[c] = std::exp(G - om[c]);
+        const T tot = std::exp(G);
+
+        // Window inputs.
+        T acc = 0;
+        for (int j = 0; j < n; ++j) {
+          const TokenPrep<T> tp = prep_token<T>(p, t0 + j, hv, &qw[size_t(j) * K], &kw[size_t(j) * K], &vw[size_t(j) * V]);
+          gw[j] = tp.g;
+          beta[j] = tp.beta;
+          acc += tp.g;
+          gam[j] = acc;
+        }
+
+        // S_h q_s and S_h k_s.
+        void* S0 = at(p.state, p.state_dtype, slot * p.state_slot + int64_t(hv) * V * K);
+        if (flush) {
+          Sp.resize(size_t(V) * K);
+          for (int i = 0; i < V; ++i) {
+            T* si = &Sp[size_t(i) * K];
+            load_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, si);
+            for (int c = 0; c < K; ++c) si[c] *= tot;
+          }
+          for (int c = 0; c < w; ++c)
+            for (int i = 0; i < V; ++i) axpy(om[c] * dh[size_t(c) * V + i], &kh[size_t(c) * K], &Sp[size_t(i) * K], K);
+          if (w > 0) {
+            store_row<T>(S0, p.state_dtype, V * K, Sp.data());
+            round_row<T>(p.state_dtype, V * K, Sp.data());  // continue from the stored checkpoint
+          }
+          for (int i = 0; i < V; ++i)
+            for (int j = 0; j < n; ++j) {
+              HQ[size_t(j) * V + i] = dot(&Sp[size_t(i) * K], &qw[size_t(j) * K], K);
+              HK[size_t(j) * V + i] = dot(&Sp[size_t(i) * K], &kw[size_t(j) * K], K);
+            }
+        } else {
+          for (int i = 0; i < V; ++i) {
+            load_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, s.data());
+            for (int j = 0; j < n; ++j) {
+              HQ[size_t(j) * V + i] = tot * dot(s.data(), &qw[size_t(j) * K], K);
+              HK[size_t(j) * V + i] = tot * dot(s.data(), &kw[size_t(j) * K], K);
+            }
+          }
+          for (int c = 0; c < w; ++c)
+            for (int j = 0; j < n; ++j) {
+              const T* kc = &kh[size_t(c) * K];
+              axpy(om[c] * dot(kc, &qw[size_t(j) * K], K), &dh[size_t(c) * V], &HQ[size_t(j) * V], V);
+              axpy(om[c] * dot(kc, &kw[size_t(j) * K], K), &dh[size_t(c) * V], &HK[size_t(j) * V], V);
+            }
+        }
+
+        // Intra-window delta rule: forward substitution, then the outputs.
+        for (int a = 0; a < n; ++a)
+          for (int j = 0; j <= a; ++j) {
+            KK[size_t(a) * T_ + j] = dot(&kw[size_t(j) * K], &kw[size_t(a) * K], K);
+            KQ[size_t(a) * T_ + j] = dot(&kw[size_t(j) * K], &qw[size_t(a) * K], K);
+          }
+        for (int a = 0; a < n; ++a) {
+          T* da = &D[size_t(a) * V];
+          const T ea = std::exp(gam[a]);
+          for (int i = 0; i < V; ++i) da[i] = beta[a] * (vw[size_t(a) * V + i] - ea * HK[size_t(a) * V + i]);
+          for (int j = 0; j < a; ++j)
+            axpy(-beta[a] * std::exp(gam[a] - gam[j]) * KK[size_t(a) * T_ + j], &D[size_t(j) * V], da, V);
+          T* oa = &O[size_t(a) * V];
+          for (int i = 0; i < V; ++i) oa[i] = ea * HQ[size_t(a) * V + i];
+          for (int j = 0; j <= a; ++j) axpy(std::exp(gam[a] - gam[j]) * KQ[size_t(a) * T_ + j], &D[size_t(j) * V], oa, V);
+          store_row<T>(at(p.out, p.out_dtype, int64_t(t0 + a) * p.out_tok + hv * p.out_head), p.out_dtype, V, oa);
+        }
+
+        // Append the window after the history (circular).
+        for (int a = 0; a < n; ++a) {
+          const int ph = (origin + w + a) & mask;
+          store_row<T>(at(dr, R.d_dtype, int64_t(ph) * V), R.d_dtype, V, &D[size_t(a) * V]);
+          store_row<T>(at(gr, R.g_dtype, ph), R.g_dtype, 1, &gw[a]);
+          if (hv % vpk == 0) store_row<T>(at(kr, R.k_dtype, int64_t(ph) * K), R.k_dtype, K, &kw[size_t(a) * K]);
+        }
+      }
+  }
+}
+
+}  // namespace
+
+void gdn_spec_verify(const GdnVerifyParams& p) {
+  if (p.step.act == DType::f64) run<double>(p); else run<float>(p);
+}
+
+}  // namespace replayssm::cpu

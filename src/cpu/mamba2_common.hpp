@@ -1,0 +1,185 @@
+// Shared pieces of the CPU Mamba-2 kernels: dtype-converting row loads/stores (the dtype switch is
+// hoisted out of the element loops so they vectorise), dot products, per-head scalars and the
+// output epilogue. The rounding points match a GPU kernel: inputs are upcast on load, arithmetic
+// is in T (float; double only for float64 tensors), and values are rounded only when stored.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "params/mamba2_params.hpp"
+#include "replayssm/dtype.hpp"
+
+namespace replayssm::cpu::m2 {
+
+inline const char* at(const void* base, DType t, int64_t idx) {
+  return static_cast<const char*>(base) + idx * dtype_size(t);
+}
+inline char* at(void* base, DType t, int64_t idx) { return static_cast<char*>(base) + idx * dtype_size(t); }
+
+template <class T, class S, class F>
+inline void convert(const S* s, int n, T* out, F f) {
+  for (int i = 0; i < n; ++i) out[i] = T(f(s[i]));
+}
+
+template <class T>
+inline void load_row(const void* p, DType t, int n, T* out) {
+  switch (t) {
+    case DType::f32: convert(static_cast<const float*>(p), n, out, [](float v) { return v; }); break;
+    case DType::f64: convert(static_cast<const double*>(p), n, out, [](double v) { return v; }); break;
+    case DType::bf16: convert(static_cast<const uint16_t*>(p), n, out, bf16_bits_to_f32); break;
+    case DType::f16: convert(static_cast<const uint16_t*>(p), n, out, f16_bits_to_f32); break;
+    default: for (int i = 0; i < n; ++i) out[i] = T(0);
+  }
+}
+
+// Round-to-nearest-even stores; 16-bit formats go through float, as a GPU conversion would.
+template <class T>
+inline void store_row(void* p, DType t, int n, const T* in) {
+  switch (t) {
+    case DType::f32: convert(in, n, static_cast<float*>(p), [](T v) { return float(v); }); break;
+    case DType::f64: convert(in, n, static_cast<double*>(p), [](T v) { return double(v); }); break;
+    case DType::bf16: convert(in, n, static_cast<uint16_t*>(p), [](T v) { return f32_to_bf16_bits(float(v)); }); break;
+    case DType::f16: convert(in, n, static_cast<uint16_t*>(p), [](T v) { return f32_to_f16_bits(float(v)); }); break;
+    default: break;
+  }
+}
+
+template <class T>
+inline T load_one(const void* base, DType t, int64_t idx) {
+  T v;
+  load_row<T>(at(base, t, idx), t, 1, &v);
+  return v;
+}
+
+template <class T>
+inline T dot(const T* a, const T* b, int n) {
+  T acc = T(0);
+#pragma omp simd reduction(+ : acc)
+  for (int i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+// acc[i] = total * (S[i,:] . C) for the P rows of one head's state. fp32 states are read in place,
+// four rows at a time, so a single core keeps several cache-line streams in flight.
+template <class T>
+inline void checkpoint_readout(const char* S, DType sdt, int P, int N, const T* C, T total, T* tmp, T* acc) {
+  if (sdt == DType::f32 && sizeof(T) == 4) {
+    const float* s = reinterpret_cast<const float*>(S);
+    int i = 0;
+    for (; i + 4 <= P; i += 4) {
+      const float *r0 = s + size_t(i) * N, *r1 = r0 + N, *r2 = r1 + N, *r3 = r2 + N;
+      // Reads only, no stores to pace them: prefetch a few rows ahead to keep misses in flight.
+      for (int b = 0; b < 4 * N; b += 16) __builtin_prefetch(r0 + 8 * N + b, 0, 0);
+      T a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+#pragma omp simd reduction(+ : a0, a1, a2, a3)
+      for (int n = 0; n < N; ++n) {
+        a0 += r0[n] * C[n]; a1 += r1[n] * C[n]; a2 += r2[n] * C[n]; a3 += r3[n] * C[n];
+      }
+      acc[i] = total * a0; acc[i + 1] = total * a1; acc[i + 2] = total * a2; acc[i + 3] = total * a3;
+    }
+    for (; i < P; ++i) acc[i] = total * dot(reinterpret_cast<const T*>(s + size_t(i) * N), C, N);
+    return;
+  }
+  const int sd = dtype_size(sdt);
+  for (int i = 0; i < P; ++i) {
+    load_row<T>(S + int64_t(i) * N * sd, sdt, N, tmp);
+    acc[i] = total * dot(tmp, C, N);
+  }
+}
+
+// srow = total * srow + sum_k f[k] * B[k,:] over nt tokens. The float version keeps a 32-column
+// block in four 8-wide vector registers across the whole k loop (one B load + FMA per vector).
+template <class T>
+inline void fold_row(T* srow, T total, const T* f, const T* B, int nt, int N) {
+  for (int n = 0; n < N; ++n) {
+    T a = total * srow[n];
+    for (int k = 0; k < nt; ++k) a += f[k] * B[size_t(k) * N + n];
+    srow[n] = a;
+  }
+}
+
+typedef float v8f __attribute__((vector_size(32)));
+inline v8f load8(const float* p) { v8f v; std::memcpy(&v, p, sizeof v); return v; }
+inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
+
+template <>
+inline void fold_row<float>(float* srow, float total, const float* f, const float* B, int nt, int N) {
+  int n0 = 0;
+  for (; n0 + 32 <= N; n0 += 32) {
+    v8f a0 = total * load8(srow + n0), a1 = total * load8(srow + n0 + 8);
+    v8f a2 = total * load8(srow + n0 + 16), a3 = total * load8(srow + n0 + 24);
+    for (int k = 0; k < nt; ++k) {
+      const float* Bk = B + size_t(k) * N + n0;
+      const v8f fk = v8f{} + f[k];
+      a0 += fk * load8(Bk); a1 += fk * load8(Bk + 8); a2 += fk * load8(Bk + 16); a3 += fk * load8(Bk + 24);
+    }
+    store8(srow + n0, a0); store8(srow + n0 + 8, a1); store8(srow + n0 + 16, a2); store8(srow + n0 + 24, a3);
+  }
+  for (int n = n0; n < N; ++n) {
+    float a = total * srow[n];
+    for (int k = 0; k < nt; ++k) a += f[k] * B[size_t(k) * N + n];
+    srow[n] = a;
+  }
+}
+
+template <class T> inline T softplus(T u) { return u > T(20) ? u : std::log1p(std::exp(u)); }
+
+// Decay factor exp(A * c) with the exponent clamped to <= 0 (the replay paths' rule: a positive
+// exponent can only come from a bad A or overflowing sums and must never amplify the state).
+template <class T> inline T decay(T A, T c) { return std::exp(std::min(A * c, T(0))); }
+
+// delta = softplus(dt + dt_bias) of token `tok`, head h, in T.
+template <class T>
+inline T head_delta(const Mamba2StepParams& p, int tok, int h) {
+  T u = load_one<T>(p.dt, p.dt_dtype, int64_t(tok) * p.dt_tok + int64_t(h) * p.dt_head);
+  if (p.dt_bias) u += T(p.dt_bias[h]);
+  return p.dt_softplus ? softplus(u) : u;
+}
+
+// Token rows of the inputs (element offsets from the base pointers).
+inline int64_t x_off(const Mamba2StepParams& p, int tok, int h) { return int64_t(tok) * p.x_tok + int64_t(h) * p.x_head; }
+inline int64_t z_off(const Mamba2StepParams& p, int tok, int h) { return int64_t(tok) * p.z_tok + int64_t(h) * p.z_head; }
+inline int64_t out_off(const Mamba2StepParams& p, int tok, int h) { return int64_t(tok) * p.out_tok + int64_t(h) * p.out_head; }
+inline int64_t B_off(const Mamba2StepParams& p, int tok, int g) { return int64_t(tok) * p.B_tok + int64_t(g) * p.B_group; }
+inline int64_t C_off(const Mamba2StepParams& p, int tok, int g) { return int64_t(tok) * p.C_tok + int64_t(g) * p.C_group; }
+
+// y += D x ; y *= z sigmoid(z) ; store to out in the activation dtype. x is the token's x in T.
+template <class T>
+inline void epilogue_store(const Mamba2StepParams& p, int tok, int h, T* y, const T* x, T* zbuf) {
+  const int P = p.headdim;
+  if (p.D) {
+    const T D = T(p.D[h]);
+    for (int i = 0; i < P; ++i) y[i] += D * x[i];
+  }
+  if (p.z) {
+    load_row<T>(at(p.z, p.act, z_off(p, tok, h)), p.act, P, zbuf);
+    for (int i = 0; i < P; ++i) y[i] *= zbuf[i] / (T(1) + std::exp(-zbuf[i]));
+  }
+  store_row<T>(at(p.out, p.act, out_off(p, tok, h)), p.act, P, y);
+}
+
+// Threads only pay off above a few hundred thousand state elements per call; below that the fork /
+// join (and, on a shared machine, waking sleeping workers) costs more than the work.
+inline bool parallel_worth_it(int tokens, const Mamba2StepParams& p) {
+  return int64_t(tokens) * p.heads * p.headdim * p.dstate >= (int64_t(1) << 17);
+}
+
+// Per-thread scratch, grown on demand (the op bodies run inside OpenMP parallel loops).
+template <class T>
+struct Scratch {
+  std::vector<T> buf;
+  T* get(size_t n) {
+    if (buf.size() < n) buf.resize(n);
+    return buf.data();
+  }
+};
+template <class T, int Id>
+inline T* scratch(size_t n) {
+  thread_local Scratch<T> s;
+  return s.get(n);
+}
+
+}  // namespace replayssm::cpu::m2

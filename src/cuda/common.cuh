@@ -1,0 +1,113 @@
+// Shared device helpers for the CUDA kernels: dtype traits, 16-byte vector loads/stores of state
+// rows, the bf16 split used to keep tensor-core products at fp32 accuracy, and error checks.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "replayssm/dtype.hpp"
+#include "replayssm/error.hpp"
+
+namespace replayssm::cuda {
+
+inline void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(what, std::string("CUDA error: ") + cudaGetErrorString(e));
+}
+inline void check_launch(const char* what) { check_cuda(cudaGetLastError(), what); }
+
+// ---- dtype traits: storage type <-> fp32 ----
+template <class T> struct Traits;
+template <> struct Traits<float> {
+  using T = float;
+  static __device__ __forceinline__ float to_f(T v) { return v; }
+  static __device__ __forceinline__ T from_f(float v) { return v; }
+};
+template <> struct Traits<__nv_bfloat16> {
+  using T = __nv_bfloat16;
+  static __device__ __forceinline__ float to_f(T v) { return __bfloat162float(v); }
+  static __device__ __forceinline__ T from_f(float v) { return __float2bfloat16_rn(v); }
+};
+template <> struct Traits<__half> {
+  using T = __half;
+  static __device__ __forceinline__ float to_f(T v) { return __half2float(v); }
+  static __device__ __forceinline__ T from_f(float v) { return __float2half_rn(v); }
+};
+
+template <class T> __device__ __forceinline__ float ld_f(const T* p) { return Traits<T>::to_f(*p); }
+template <class T> __device__ __forceinline__ void st_f(T* p, float v) { *p = Traits<T>::from_f(v); }
+
+// VEC elements of T in one 16-byte access, converted to/from fp32.
+template <class T> struct Vec16 {
+  static constexpr int kN = 16 / int(sizeof(T));
+  static __device__ __forceinline__ void load(const T* p, float (&v)[kN]) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const T* e = reinterpret_cast<const T*>(&u);
+#pragma unroll
+    for (int i = 0; i < kN; ++i) v[i] = Traits<T>::to_f(e[i]);
+  }
+  static __device__ __forceinline__ uint4 load_raw(const T* p) { return *reinterpret_cast<const uint4*>(p); }
+  static __device__ __forceinline__ void unpack(const uint4& u, float (&v)[kN]) {
+    const T* e = reinterpret_cast<const T*>(&u);
+#pragma unroll
+    for (int i = 0; i < kN; ++i) v[i] = Traits<T>::to_f(e[i]);
+  }
+  static __device__ __forceinline__ void store(T* p, const float (&v)[kN]) {
+    uint4 u;
+    T* e = reinterpret_cast<T*>(&u);
+#pragma unroll
+    for (int i = 0; i < kN; ++i) e[i] = Traits<T>::from_f(v[i]);
+    *reinterpret_cast<uint4*>(p) = u;
+  }
+};
+
+// Small vectors (B, C rows): `n` elements starting at p, any alignment of 2/4 bytes.
+template <class T> __device__ __forceinline__ float ld_act(const T* p, int64_t i) { return Traits<T>::to_f(p[i]); }
+
+__device__ __forceinline__ float softplus20(float u) { return u > 20.f ? u : log1pf(expf(u)); }
+
+// fp32 -> hi + mid + lo bf16 with hi + mid + lo == v to ~24 bits (each part rounded RNE).
+__device__ __forceinline__ void split3_bf16(float v, __nv_bfloat16& h, __nv_bfloat16& m, __nv_bfloat16& l) {
+  h = __float2bfloat16_rn(v);
+  float r = v - __bfloat162float(h);
+  m = __float2bfloat16_rn(r);
+  r -= __bfloat162float(m);
+  l = __float2bfloat16_rn(r);
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+  return uint32_t(__bfloat16_as_ushort(lo)) | (uint32_t(__bfloat16_as_ushort(hi)) << 16);
+}
+
+// D += A * B, m16n8k16, bf16 operands, fp32 accumulators (sm_80+).
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float warp_sum4(float v) {  // sum over the 4 lanes of a quad
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  return v;
+}
+
+// ---- the tile layout shared by the Mamba-2 kernels ----
+// A warp owns a 16-row tile of P (rows p0 + g and p0 + g + 8, g = lane / 4) and all N columns.
+// Lane quad index t = lane % 4 owns, in every column group m of width 4*VEC, the VEC contiguous
+// columns m*4*VEC + t*VEC .. +VEC-1: one 16-byte access per row per group. This is exactly the
+// fp32 accumulator layout of mma m16n8k16 if the N columns of MMA tile j are permuted as
+//   n(j, c) = (j / TG) * 8*TG + (c >> 1) * 2*TG + (j % TG) * 2 + (c & 1),  TG = VEC / 2,
+// so a tensor-core product lands in registers already matching the 16-byte state accesses.
+template <int VEC> struct TileMap {
+  static constexpr int TG = VEC / 2;
+  static __device__ __forceinline__ int n_of(int j, int c) {
+    return (j / TG) * (8 * TG) + (c >> 1) * (2 * TG) + (j % TG) * 2 + (c & 1);
+  }
+};
+
+}  // namespace replayssm::cuda

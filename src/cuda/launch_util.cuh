@@ -1,0 +1,78 @@
+// Host-side launch helpers shared by the Mamba-2 kernels: device SM count, CTA split of the P axis,
+// and the run-time -> template dtype dispatch.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cuda/common.cuh"
+#include "replayssm/dtype.hpp"
+#include "replayssm/error.hpp"
+
+namespace replayssm::cuda {
+
+inline int sm_count() {
+  static int cached[64] = {};
+  int dev = 0;
+  check_cuda(cudaGetDevice(&dev), "device");
+  if (dev < 0 || dev >= 64) dev = 0;
+  if (cached[dev] == 0) {
+    int n = 0;
+    check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), "device");
+    cached[dev] = n > 0 ? n : 1;
+  }
+  return cached[dev];
+}
+
+// The P axis is cut into 16-row tiles, one warp each. A CTA takes `tiles_per_cta` consecutive tiles
+// of one (row, head): all of them when there is enough parallelism, fewer (more CTAs) when
+// rows * heads is small, so that small batches still spread over every SM.
+struct PSplit {
+  int tiles_per_cta = 1, chunks = 1;
+};
+inline PSplit choose_psplit(int rows, int heads, int headdim, int min_ctas_per_sm = 8) {
+  const int ntiles = (headdim + 15) / 16;
+  PSplit s;
+  s.tiles_per_cta = ntiles;
+  const long long target = (long long)sm_count() * min_ctas_per_sm;
+  while (s.tiles_per_cta > 1 &&
+         (long long)rows * heads * ((ntiles + s.tiles_per_cta - 1) / s.tiles_per_cta) < target)
+    s.tiles_per_cta = (s.tiles_per_cta + 1) / 2;
+  // A CTA holds at most 8 warps.
+  while (s.tiles_per_cta > 8) s.tiles_per_cta = (s.tiles_per_cta + 1) / 2;
+  s.chunks = (ntiles + s.tiles_per_cta - 1) / s.tiles_per_cta;
+  return s;
+}
+
+template <class F>
+inline void with_float_type(DType t, const char* arg, F&& f) {
+  switch (t) {
+    case DType::f32: f(float{}); return;
+    case DType::bf16: f(__nv_bfloat16{}); return;
+    case DType::f16: f(__half{}); return;
+    default: throw Error(arg, std::string("unsupported dtype ") + std::string(dtype_name(t)));
+  }
+}
+
+template <class F>
+inline void with_dstate(int n, F&& f) {
+  switch (n) {
+    case 64: f(std::integral_constant<int, 64>{}); return;
+    case 128: f(std::integral_constant<int, 128>{}); return;
+    default: throw Error("geometry.dstate", "the CUDA kernels support dstate 64 or 128, got " + std::to_string(n));
+  }
+}
+
+// dt may be the activation dtype or float32: read it by its run-time dtype (one scalar per head).
+__device__ __forceinline__ float load_dt(const void* base, int64_t off, DType t) {
+  switch (t) {
+    case DType::f32: return static_cast<const float*>(base)[off];
+    case DType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[off]);
+    case DType::f16: return __half2float(static_cast<const __half*>(base)[off]);
+    default: return 0.f;
+  }
+}
+
+}  // namespace replayssm::cuda

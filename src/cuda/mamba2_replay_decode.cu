@@ -1,0 +1,304 @@
+// ReplaySSM standard decode for Mamba-2 on the GPU: one launch per layer per step, both routes,
+// flush / append decided per row on the device from the cursor (graph-capturable step).
+//
+// Mapping (same as the classic kernel, see common.cuh TileMap): grid (heads * chunks, rows); a CTA
+// is one (row, head) and `tiles_per_cta` 16-row tiles of P, one warp per tile; a lane owns rows
+// p0+g, p0+g+8 and VEC contiguous state columns per column group (16-byte accesses). The
+// checkpoint loads are issued first, before the cursor-dependent prologue, so the HBM stream
+// overlaps the ring bookkeeping.
+//
+// Per CTA prologue: warp 0 scans the ring's delta (plus the current one) into the decay weights
+//   s_k = delta_k exp(min(A (c_w - c_k), 0)), decay = exp(min(A c_w, 0)).
+// * output_only append (w < L-1): the CTA computes bc_k = B_k . C once for all its P rows (one
+//   launch, no bc scratch), y = decay (S0 C) + sum_k s_k bc_k x_k + D x.
+// * flush (w == L-1) or state_and_output: S_w = decay S0 + X Bs^T on tensor cores
+//   (mma.sync m16n8k16 bf16, fp32 accumulate) with X [P x K] the ring x's and Bs [K x N] the
+//   s_k-scaled B's (fp32) split into 3 bf16 parts (hi + mid + lo ~ 24 bits); X is exact in bf16
+//   (bf16 act), split into 2 exact bf16 parts (fp16 act) or 3 parts (fp32 act); the products
+//   with part-index sum <= 2 are kept. The MMA column order is permuted so that the accumulator
+//   fragment is exactly the lane's 16-byte state chunks: S0 is combined in registers, y = S_w C
+//   is a quad reduction, S_w is written (flush only) with 16-byte stores.
+// * append (every non-flush step): x -> x_ring[w], delta -> dt_ring[w] (chunk 0), B -> B_ring[w]
+//   (first head of the group only).
+#include "cuda/common.cuh"
+#include "cuda/launch_util.cuh"
+#include "cuda/ops.hpp"
+
+namespace replayssm::cuda {
+namespace {
+
+constexpr int kBParts = 3;
+
+template <class AT> struct XParts;
+template <> struct XParts<__nv_bfloat16> {
+  static constexpr int kN = 1;
+  static __device__ __forceinline__ void split(float v, __nv_bfloat16 (&o)[1]) { o[0] = __float2bfloat16_rn(v); }
+};
+template <> struct XParts<__half> {  // an fp16 value is exactly hi + lo in bf16
+  static constexpr int kN = 2;
+  static __device__ __forceinline__ void split(float v, __nv_bfloat16 (&o)[2]) {
+    o[0] = __float2bfloat16_rn(v);
+    o[1] = __float2bfloat16_rn(v - __bfloat162float(o[0]));
+  }
+};
+template <> struct XParts<float> {
+  static constexpr int kN = 3;
+  static __device__ __forceinline__ void split(float v, __nv_bfloat16 (&o)[3]) { split3_bf16(v, o[0], o[1], o[2]); }
+};
+
+template <class ST, class AT, int N, int KT>
+__global__ void __launch_bounds__(256, 2)
+replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const int chunks) {
+  using V = Vec16<ST>;
+  constexpr int VEC = V::kN;
+  constexpr int NG = N / (4 * VEC);
+  constexpr int TG = VEC / 2;
+  constexpr int NT = N / 8;  // MMA n-tiles
+  constexpr int KPAD = 16 * KT;
+  constexpr int XP = XParts<AT>::kN;
+
+  __shared__ float s_scale[32], s_coef[32], s_C[N], s_B[N];
+  __shared__ float s_decay;
+  extern __shared__ uint2 s_frag[];  // [kBParts][KT][NT][32 lanes] x (b0b1, b2b3)
+
+  const Mamba2StepParams& p = rp.step;
+  const Mamba2RingParams& rg = rp.ring;
+  const int row = blockIdx.y;
+  const int h = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
+  const int nthreads = blockDim.x, nwarps = nthreads >> 5;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int P = p.headdim, L = rg.ring;
+  const int p0 = (chunk * tiles_per_cta + warp) * 16;
+  const bool active = p0 < P;
+
+  const int slot = p.slot_idx[row];
+  if (slot < 0 || slot >= p.slots) return;  // padding row: nothing read or written
+  const int w = rg.cursor[int64_t(slot) * rg.cursor_slot];
+
+  ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + int64_t(h) * P * N;
+  const int pr[2] = {p0 + g, p0 + g + 8};
+  const bool ok[2] = {active && pr[0] < P, active && pr[1] < P};
+  uint4 raw[2][NG];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int m = 0; m < NG; ++m)
+      raw[r][m] = ok[r] ? V::load_raw(S + int64_t(pr[r]) * N + m * 4 * VEC + t * VEC) : make_uint4(0, 0, 0, 0);
+
+  if (w < 0 || w >= L) return;  // corrupt cursor: skip the row rather than write out of bounds
+  const bool flush = (w == L - 1);
+  const bool gemm = flush || !rp.output_only;
+  const int hpg = p.heads / p.groups, grp = h / hpg;
+
+  const AT* x = static_cast<const AT*>(p.x) + int64_t(row) * p.x_tok + int64_t(h) * p.x_head;
+  const AT* Bin = static_cast<const AT*>(p.B) + int64_t(row) * p.B_tok + int64_t(grp) * p.B_group;
+  const AT* Cin = static_cast<const AT*>(p.C) + int64_t(row) * p.C_tok + int64_t(grp) * p.C_group;
+  const AT* xr = static_cast<const AT*>(rg.x_ring) + int64_t(slot) * rg.xr_slot + int64_t(h) * L * P;
+  float* dtr = rg.dt_ring + int64_t(slot) * rg.dtr_slot + int64_t(h) * L;
+  const AT* Br = static_cast<const AT*>(rg.B_ring) + int64_t(slot) * rg.Br_slot + int64_t(grp) * L * N;
+
+  float delta = load_dt(p.dt, int64_t(row) * p.dt_tok + int64_t(h) * p.dt_head, p.dt_dtype);
+  if (p.dt_bias) delta += p.dt_bias[h];
+  if (p.dt_softplus) delta = softplus20(delta);
+  const float A = p.A[h];
+
+  AT xraw[2];
+  float xv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    xraw[r] = ok[r] ? x[pr[r]] : Traits<AT>::from_f(0.f);
+    xv[r] = Traits<AT>::to_f(xraw[r]);
+  }
+
+  if (warp == 0) {
+    float d = lane < w ? dtr[lane] : (lane == w ? delta : 0.f);
+    float c = d;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float u = __shfl_up_sync(0xffffffffu, c, o);
+      if (lane >= o) c += u;
+    }
+    const float cw = __shfl_sync(0xffffffffu, c, w);
+    s_scale[lane] = lane <= w ? d * expf(fminf(A * (cw - c), 0.f)) : 0.f;
+    if (lane == 0) s_decay = expf(fminf(A * cw, 0.f));
+  }
+  for (int n = threadIdx.x; n < N; n += nthreads) {
+    s_C[n] = Traits<AT>::to_f(Cin[n]);
+    s_B[n] = Traits<AT>::to_f(Bin[n]);
+  }
+  __syncthreads();
+
+  uint32_t afrag[XP][KT][4];
+  if (!gemm) {
+    for (int k = warp; k <= w; k += nwarps) {
+      float acc = 0.f;
+      if (k < w) {
+        for (int n = lane; n < N; n += 32) acc = fmaf(Traits<AT>::to_f(Br[int64_t(k) * N + n]), s_C[n], acc);
+      } else {
+        for (int n = lane; n < N; n += 32) acc = fmaf(s_B[n], s_C[n], acc);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+      if (lane == 0) s_coef[k] = s_scale[k] * acc;
+    }
+  } else {
+    // Scaled B, split into bf16 parts, stored in MMA B-fragment order (conflict-free 8-byte reads).
+    __nv_bfloat16* fb = reinterpret_cast<__nv_bfloat16*>(s_frag);
+    for (int idx = threadIdx.x; idx < KPAD * N; idx += nthreads) {
+      const int k = idx / N, n = idx % N;
+      float v = 0.f;
+      if (k < w) v = s_scale[k] * Traits<AT>::to_f(Br[int64_t(k) * N + n]);
+      else if (k == w) v = s_scale[k] * s_B[n];
+      __nv_bfloat16 part[3];
+      split3_bf16(v, part[0], part[1], part[2]);
+      const int mg = n / (8 * TG), rem = n % (8 * TG), q = rem % (2 * TG);
+      const int j = mg * TG + q / 2, c = 2 * (rem / (2 * TG)) + (q & 1);
+      const int kt = k >> 4, kk = k & 15;
+      const int ln = c * 4 + ((kk & 7) >> 1), reg = kk >> 3, half = kk & 1;
+#pragma unroll
+      for (int b = 0; b < kBParts; ++b)
+        fb[((((b * KT + kt) * NT + j) * 32 + ln) * 4) + reg * 2 + half] = part[b];
+    }
+    // A fragments: X[p][k] for this lane's rows and k = 2t, 2t+1, 2t+8, 2t+9 (+16 kt).
+#pragma unroll
+    for (int kt = 0; kt < KT; ++kt) {
+      __nv_bfloat16 e[4][2][XP];  // [reg][half][part]
+#pragma unroll
+      for (int reg = 0; reg < 4; ++reg) {
+        const int r = reg & 1;
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const int k = kt * 16 + 2 * t + hf + ((reg >> 1) << 3);
+          float v = 0.f;
+          if (ok[r]) {
+            if (k < w) v = Traits<AT>::to_f(xr[int64_t(k) * P + pr[r]]);
+            else if (k == w) v = xv[r];
+          }
+          __nv_bfloat16 o[XP];
+          XParts<AT>::split(v, o);
+#pragma unroll
+          for (int q = 0; q < XP; ++q) e[reg][hf][q] = o[q];
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < XP; ++q)
+#pragma unroll
+        for (int reg = 0; reg < 4; ++reg) afrag[q][kt][reg] = pack_bf16x2(e[reg][0][q], e[reg][1][q]);
+    }
+  }
+  __syncthreads();
+
+  const float decay = s_decay;
+  float yp[2] = {0.f, 0.f};
+  if (active) {
+#pragma unroll
+    for (int m = 0; m < NG; ++m) {
+      const int n0 = m * 4 * VEC + t * VEC;
+      float s[2][VEC];
+      V::unpack(raw[0][m], s[0]);
+      V::unpack(raw[1][m], s[1]);
+      if (gemm) {
+#pragma unroll
+        for (int jj = 0; jj < TG; ++jj) {
+          const int j = m * TG + jj;
+          float acc[4] = {0.f, 0.f, 0.f, 0.f};
+          // smallest products first
+#pragma unroll
+          for (int sum = 2; sum >= 0; --sum)
+#pragma unroll
+            for (int q = 0; q < XP; ++q) {
+              const int b = sum - q;
+              if (b < 0 || b >= kBParts) continue;
+#pragma unroll
+              for (int kt = 0; kt < KT; ++kt) {
+                const uint2 bf = s_frag[((b * KT + kt) * NT + j) * 32 + lane];
+                mma_bf16_16816(acc, afrag[q][kt], bf.x, bf.y);
+              }
+            }
+          s[0][2 * jj] = fmaf(decay, s[0][2 * jj], acc[0]);
+          s[0][2 * jj + 1] = fmaf(decay, s[0][2 * jj + 1], acc[1]);
+          s[1][2 * jj] = fmaf(decay, s[1][2 * jj], acc[2]);
+          s[1][2 * jj + 1] = fmaf(decay, s[1][2 * jj + 1], acc[3]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) yp[r] = fmaf(s[r][i], s_C[n0 + i], yp[r]);
+        if (flush && ok[r]) V::store(S + int64_t(pr[r]) * N + n0, s[r]);
+      }
+    }
+    if (!gemm) {
+      float ring[2] = {0.f, 0.f};
+      for (int k = t; k <= w; k += 4) {
+        const float cf = s_coef[k];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float xk = k < w ? (ok[r] ? Traits<AT>::to_f(xr[int64_t(k) * P + pr[r]]) : 0.f) : xv[r];
+          ring[r] = fmaf(cf, xk, ring[r]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) yp[r] = fmaf(decay, yp[r], ring[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) yp[r] = warp_sum4(yp[r]);
+    if (t == 0) {
+      AT* out = static_cast<AT*>(p.out) + int64_t(row) * p.out_tok + int64_t(h) * p.out_head;
+      const AT* z = p.z ? static_cast<const AT*>(p.z) + int64_t(row) * p.z_tok + int64_t(h) * p.z_head : nullptr;
+      const float Dh = p.D ? p.D[h] : 0.f;
+      AT* xw = static_cast<AT*>(rg.x_ring) + int64_t(slot) * rg.xr_slot + (int64_t(h) * L + w) * P;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        if (!ok[r]) continue;
+        float v = fmaf(Dh, xv[r], yp[r]);
+        if (z) {
+          const float zv = Traits<AT>::to_f(z[pr[r]]);
+          v *= zv / (1.f + expf(-zv));
+        }
+        out[pr[r]] = Traits<AT>::from_f(v);
+        if (!flush) xw[pr[r]] = xraw[r];
+      }
+    }
+  }
+  if (!flush && chunk == 0) {
+    if (threadIdx.x == 0) dtr[w] = delta;
+    if (h % hpg == 0) {
+      AT* bw = static_cast<AT*>(rg.B_ring) + int64_t(slot) * rg.Br_slot + (int64_t(grp) * L + w) * N;
+      for (int n = threadIdx.x; n < N; n += nthreads) bw[n] = Bin[n];
+    }
+  }
+}
+
+template <class ST, class AT, int N, int KT>
+void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
+  const PSplit sp = choose_psplit(p.step.rows, p.step.heads, p.step.headdim);
+  const dim3 grid(unsigned(p.step.heads * sp.chunks), unsigned(p.step.rows));
+  const dim3 block(unsigned(32 * sp.tiles_per_cta));
+  const size_t smem = size_t(kBParts) * KT * (N / 8) * 32 * sizeof(uint2);
+  replay_decode_kernel<ST, AT, N, KT><<<grid, block, smem, st>>>(p, sp.tiles_per_cta, sp.chunks);
+}
+
+}  // namespace
+
+void mamba2_replay_decode(const Mamba2ReplayParams& p, Stream stream) {
+  if (p.step.rows <= 0) return;
+  if (p.step.rows > 65535) throw Error("slot_idx", "the CUDA kernels take at most 65535 rows per launch");
+  const int L = p.ring.ring;
+  if (L < 1 || L > 32) throw Error("cache.x_ring", "the CUDA kernels support ring lengths 1..32, got " + std::to_string(L));
+  auto st = static_cast<cudaStream_t>(stream);
+  with_float_type(p.step.state_dtype, "cache.checkpoint", [&](auto s) {
+    using ST = decltype(s);
+    with_float_type(p.step.act, "x", [&](auto a) {
+      using AT = decltype(a);
+      with_dstate(p.step.dstate, [&](auto n) {
+        constexpr int N = decltype(n)::value;
+        if (L <= 16) launch<ST, AT, N, 1>(p, st);
+        else launch<ST, AT, N, 2>(p, st);
+      });
+    });
+  });
+  check_launch("mamba2_replay_decode");
+}
+
+}  // namespace replayssm::cuda

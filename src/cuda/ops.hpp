@@ -1,0 +1,18 @@
+// Entry points of the CUDA kernels, called by src/dispatch after validation. Plain C++ (no CUDA
+// types), so the dispatch layer compiles with the host compiler. Each is defined in its own .cu
+// file under src/cuda/, beside its kernel. Only declared here when the build has CUDA.
+#pragma once
+#include "params/mamba2_params.hpp"
+#include "replayssm/tensor.hpp"
+
+namespace replayssm::cuda {
+
+void mamba2_decode(const Mamba2StepParams& p, Stream stream);           // mamba2_decode.cu
+void mamba2_replay_decode(const Mamba2ReplayParams& p, Stream stream);  // mamba2_replay_decode.cu
+void cursor_advance(const CursorParams& p, Stream stream);              // cursor_ops.cu
+void cursor_commit(const CursorParams& p, Stream stream);
+void cursor_reset(const CursorParams& p, Stream stream);
+void mamba2_spec_verify(const Mamba2VerifyParams& p, Stream stream);       // mamba2_spec_verify.cu
+void mamba2_classic_spec(const Mamba2ClassicSpecParams& p, Stream stream);  // mamba2_classic_spec.cu
+
+}  // namespace replayssm::cuda

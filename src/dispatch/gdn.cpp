@@ -1,0 +1,289 @@
+// Gated DeltaNet ops: full validation (shapes with labelled dims, dtypes, devices, strides, host
+// range checks of index/cursor tensors), then Params, then the backend. Nothing is written before
+// every check has passed.
+#include "replayssm/gdn.hpp"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/check.hpp"
+#include "core/host_read.hpp"
+#include "cpu/gdn_ops.hpp"
+#include "params/gdn_params.hpp"
+
+namespace replayssm::gdn {
+namespace {
+
+using detail::Arg;
+
+constexpr std::initializer_list<DType> kActTypes = {DType::f32, DType::bf16, DType::f16, DType::f64};
+constexpr std::initializer_list<DType> kFloatTypes = {DType::f32, DType::bf16, DType::f16, DType::f64};
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+struct Checked {
+  DType act = DType::f32;
+  Device dev{};
+  int64_t tokens = 0, rows = 0, slots = 0;
+};
+
+// Token inputs, weights, out and slot_idx. tokens == -1: any (speculative windows).
+Checked check_common(const GdnGeometry& geo, const TokenInputs& in, const Weights& w, const TensorView& out,
+                     const TensorView& slot_idx, int64_t tokens, bool one_token_per_row) {
+  geo.validate("geo");
+  const int64_t H = geo.k_heads, HV = geo.v_heads, K = geo.head_k_dim, V = geo.head_v_dim;
+  Checked c;
+  Arg q("in.q", in.q);
+  q.required().nonnegative_strides();
+  c.dev = in.q.device;
+  q.shape({{tokens, "tokens"}, {H, "k_heads"}, {K, "head_k_dim"}}).dtype_in(kActTypes, "activation").inner_contiguous();
+  c.act = in.q.dtype;
+  c.tokens = in.q.shape[0];
+  Arg("in.k", in.k).required().nonnegative_strides().device(c.dev)
+      .shape({{c.tokens, "tokens"}, {H, "k_heads"}, {K, "head_k_dim"}}).dtype(c.act).inner_contiguous();
+  Arg("in.v", in.v).required().nonnegative_strides().device(c.dev)
+      .shape({{c.tokens, "tokens"}, {HV, "v_heads"}, {V, "head_v_dim"}}).dtype(c.act).inner_contiguous();
+  Arg("in.a", in.a).required().nonnegative_strides().device(c.dev)
+      .shape({{c.tokens, "tokens"}, {HV, "v_heads"}}).dtype_in(kFloatTypes);
+  Arg("in.b", in.b).required().nonnegative_strides().device(c.dev)
+      .shape({{c.tokens, "tokens"}, {HV, "v_heads"}}).dtype_in(kFloatTypes);
+  Arg("w.A_log", w.A_log).required().nonnegative_strides().device(c.dev).shape({{HV, "v_heads"}})
+      .dtype_in({DType::f32, DType::f64});
+  Arg("w.dt_bias", w.dt_bias).required().nonnegative_strides().device(c.dev).shape({{HV, "v_heads"}})
+      .dtype(w.A_log.dtype);
+  if (!std::isfinite(w.scale) || w.scale < 0)
+    throw Error("w.scale", "must be finite and >= 0 (0 means 1/sqrt(head_k_dim)), got " + std::to_string(w.scale));
+  Arg s("slot_idx", slot_idx);
+  s.required().nonnegative_strides().device(c.dev).dtype(DType::i32);
+  if (one_token_per_row) s.shape({{c.tokens, "rows (= tokens of in.q)"}});
+  else s.shape({{-1, "rows"}});
+  c.rows = slot_idx.shape[0];
+  Arg o("out", out);
+  o.required().nonnegative_strides().device(c.dev)
+      .shape({{c.tokens, "tokens"}, {HV, "v_heads"}, {V, "head_v_dim"}}).inner_contiguous();
+  if (out.dtype != c.act && out.dtype != DType::f32)
+    o.fail("expected dtype " + std::string(dtype_name(c.act)) + " (the activation dtype) or float32, got " +
+           std::string(dtype_name(out.dtype)));
+  return c;
+}
+
+void check_state(const char* name, const TensorView& t, const GdnGeometry& geo, const Checked& c, int64_t slots) {
+  Arg a(name, t);
+  a.required().nonnegative_strides().device(c.dev)
+      .shape({{slots, "slots"}, {geo.v_heads, "v_heads"}, {geo.head_v_dim, "head_v_dim"}, {geo.head_k_dim, "head_k_dim"}})
+      .dense_from(1);
+  if (c.act == DType::f64) a.dtype(DType::f64);
+  else a.dtype_in({DType::f32, DType::bf16, DType::f16}, "state dtype; float64 needs float64 activations");
+}
+
+void check_ring_dtype(Arg& a, DType act) {
+  if (a.view().dtype != DType::f32 && a.view().dtype != act)
+    a.fail("expected dtype float32 or " + std::string(dtype_name(act)) + " (the activation dtype), got " +
+           std::string(dtype_name(a.view().dtype)));
+}
+
+// d/k/g rings and the cursor; returns the ring length.
+int check_rings(const TensorView& d, const TensorView& k, const TensorView& g, const TensorView& cursor,
+                const GdnGeometry& geo, const Checked& c, int64_t slots, int64_t ring, int cursor_cols) {
+  Arg ad("cache.d_ring", d);
+  ad.required().nonnegative_strides().device(c.dev)
+      .shape({{slots, "slots"}, {geo.v_heads, "v_heads"}, {ring, "ring"}, {geo.head_v_dim, "head_v_dim"}}).dense_from(1);
+  check_ring_dtype(ad, c.act);
+  const int64_t R = d.shape[2];
+  if (R < 1) ad.fail("ring length must be >= 1, got " + str(R));
+  Arg ak("cache.k_ring", k);
+  ak.required().nonnegative_strides().device(c.dev)
+      .shape({{slots, "slots"}, {geo.k_heads, "k_heads"}, {R, "ring"}, {geo.head_k_dim, "head_k_dim"}}).dense_from(1);
+  check_ring_dtype(ak, c.act);
+  Arg ag("cache.g_ring", g);
+  ag.required().nonnegative_strides().device(c.dev).shape({{slots, "slots"}, {geo.v_heads, "v_heads"}, {R, "ring"}}).dense_from(1);
+  if (c.act == DType::f64) ag.dtype_in({DType::f32, DType::f64}); else ag.dtype(DType::f32);
+  Arg ac("cache.cursor", cursor);
+  ac.required().nonnegative_strides().device(c.dev).dtype(DType::i32);
+  if (cursor_cols == 1) ac.shape({{slots, "slots"}});
+  else ac.shape({{slots, "slots"}, {2, "(w, origin)"}}).dense_from(1);
+  return int(R);
+}
+
+void check_query_start_loc(const TensorView& qsl, const Checked& c, int64_t rows) {
+  Arg a("query_start_loc", qsl);
+  a.required().device(c.dev).dtype(DType::i32).shape({{rows + 1, "rows + 1"}});
+  if (rows + 1 > 1 && qsl.stride[0] != 1) a.fail("must be contiguous (stride 1), got strides " + qsl.stride_string());
+}
+
+void reject_cuda(const Checked& c) {
+  if (c.dev.type == DeviceType::cuda)
+    throw Error("device", "Gated DeltaNet is not available on CUDA yet (issue 6); tensors are on " + to_string(c.dev));
+}
+
+// Live slots in range and unique; returns the host copy.
+std::vector<int32_t> read_slots(const TensorView& slot_idx, int64_t slots, Stream stream) {
+  auto v = detail::read_int32(slot_idx, stream);
+  std::vector<char> seen(size_t(slots), 0);
+  for (size_t i = 0; i < v->size(); ++i) {
+    const int32_t s = (*v)[i];
+    if (s < 0) continue;
+    detail::check_range("slot_idx", s, 0, slots, ("slot_idx[" + str(int64_t(i)) + "]").c_str());
+    if (seen[size_t(s)]) throw Error("slot_idx", "slot " + str(s) + " appears twice (row " + str(int64_t(i)) + ")");
+    seen[size_t(s)] = 1;
+  }
+  return *v;
+}
+
+std::vector<int32_t> read_qsl(const TensorView& qsl, int64_t tokens, int window, Stream stream) {
+  std::vector<int32_t> q = *detail::read_int32(qsl, stream);
+  if (q[0] != 0) throw Error("query_start_loc", "must start at 0, got " + str(q[0]));
+  for (size_t i = 0; i + 1 < q.size(); ++i) {
+    const int64_t n = int64_t(q[i + 1]) - q[i];
+    if (n < 0 || n > window)
+      throw Error("query_start_loc", "window length of row " + str(int64_t(i)) + " is " + str(n) + ", expected 0.." + str(window));
+  }
+  if (q.back() != tokens)
+    throw Error("query_start_loc", "last entry must equal the number of tokens (" + str(tokens) + "), got " + str(q.back()));
+  return q;
+}
+
+GdnStepParams make_step(const GdnGeometry& geo, const TokenInputs& in, const Weights& w, const TensorView& state,
+                        const TensorView& slot_idx, const TensorView& out, const Checked& c) {
+  GdnStepParams p;
+  p.tokens = int(c.tokens);
+  p.rows = int(c.rows);
+  p.k_heads = geo.k_heads; p.v_heads = geo.v_heads; p.head_k_dim = geo.head_k_dim; p.head_v_dim = geo.head_v_dim;
+  p.act = c.act; p.a_dtype = in.a.dtype; p.b_dtype = in.b.dtype; p.out_dtype = out.dtype;
+  p.w_dtype = w.A_log.dtype; p.state_dtype = state.dtype;
+  p.q = in.q.data; p.q_tok = in.q.stride[0]; p.q_head = in.q.stride[1];
+  p.k = in.k.data; p.k_tok = in.k.stride[0]; p.k_head = in.k.stride[1];
+  p.v = in.v.data; p.v_tok = in.v.stride[0]; p.v_head = in.v.stride[1];
+  p.a = in.a.data; p.a_tok = in.a.stride[0]; p.a_head = in.a.stride[1];
+  p.b = in.b.data; p.b_tok = in.b.stride[0]; p.b_head = in.b.stride[1];
+  p.out = out.data; p.out_tok = out.stride[0]; p.out_head = out.stride[1];
+  p.A_log = w.A_log.data; p.A_log_stride = w.A_log.stride[0];
+  p.dt_bias = w.dt_bias.data; p.dt_bias_stride = w.dt_bias.stride[0];
+  p.scale = w.scale != 0.f ? double(w.scale) : 1.0 / std::sqrt(double(geo.head_k_dim));
+  p.qk_l2norm = w.qk_l2norm;
+  p.slot_idx = static_cast<const int32_t*>(slot_idx.data); p.slot_idx_stride = slot_idx.stride[0];
+  p.state = state.data; p.state_slot = state.stride[0]; p.slots = state.shape[0];
+  return p;
+}
+
+GdnRingParams make_ring(const TensorView& d, const TensorView& k, const TensorView& g, const TensorView& cursor, int R) {
+  GdnRingParams r;
+  r.ring = R;
+  r.d_dtype = d.dtype; r.k_dtype = k.dtype; r.g_dtype = g.dtype;
+  r.d_ring = d.data; r.dr_slot = d.stride[0];
+  r.k_ring = k.data; r.kr_slot = k.stride[0];
+  r.g_ring = g.data; r.gr_slot = g.stride[0];
+  r.cursor = static_cast<const int32_t*>(cursor.data); r.cursor_slot = cursor.stride[0];
+  return r;
+}
+
+}  // namespace
+
+void decode(const DecodeArgs& a, Stream stream) {
+  const Checked c = check_common(a.geo, a.in, a.w, a.out, a.slot_idx, -1, true);
+  check_state("state", a.state, a.geo, c, -1);
+  reject_cuda(c);
+  read_slots(a.slot_idx, a.state.shape[0], stream);
+  if (c.rows == 0) return;
+  cpu::gdn_decode(make_step(a.geo, a.in, a.w, a.state, a.slot_idx, a.out, c));
+}
+
+void replay_decode(const ReplayDecodeArgs& a, Stream stream) {
+  const Checked c = check_common(a.geo, a.in, a.w, a.out, a.slot_idx, -1, true);
+  check_state("cache.checkpoint", a.cache.checkpoint, a.geo, c, -1);
+  const int64_t slots = a.cache.checkpoint.shape[0];
+  const int L = check_rings(a.cache.d_ring, a.cache.k_ring, a.cache.g_ring, a.cache.cursor, a.geo, c, slots, -1, 1);
+  reject_cuda(c);
+  const std::vector<int32_t> sl = read_slots(a.slot_idx, slots, stream);
+  const std::vector<int32_t> cur = *detail::read_int32(a.cache.cursor, stream);
+  for (int32_t s : sl)
+    if (s >= 0) detail::check_range("cache.cursor", cur[size_t(s)], 0, L, ("cursor[" + str(s) + "] (0 <= w < ring length)").c_str());
+  if (c.rows == 0) return;
+  GdnReplayParams p;
+  p.step = make_step(a.geo, a.in, a.w, a.cache.checkpoint, a.slot_idx, a.out, c);
+  p.ring = make_ring(a.cache.d_ring, a.cache.k_ring, a.cache.g_ring, a.cache.cursor, L);
+  cpu::gdn_replay_decode(p);
+}
+
+void spec_verify(const VerifyArgs& a, Stream stream) {
+  a.spec.validate("spec");
+  const Checked c = check_common(a.geo, a.in, a.w, a.out, a.slot_idx, -1, false);
+  check_state("cache.checkpoint", a.cache.checkpoint, a.geo, c, -1);
+  const int64_t slots = a.cache.checkpoint.shape[0];
+  const int R = a.spec.ring_len();
+  check_rings(a.cache.d_ring, a.cache.k_ring, a.cache.g_ring, a.cache.cursor, a.geo, c, slots, R, 2);
+  check_query_start_loc(a.query_start_loc, c, c.rows);
+  reject_cuda(c);
+  const std::vector<int32_t> sl = read_slots(a.slot_idx, slots, stream);
+  read_qsl(a.query_start_loc, c.tokens, a.spec.window, stream);
+  const std::vector<int32_t> cur = *detail::read_int32(a.cache.cursor, stream);
+  for (int32_t s : sl) {
+    if (s < 0) continue;
+    detail::check_range("cache.cursor", cur[size_t(s) * 2], 0, a.spec.history + 1, ("cursor[" + str(s) + "].w (0 <= w <= history)").c_str());
+    detail::check_range("cache.cursor", cur[size_t(s) * 2 + 1], 0, R, ("cursor[" + str(s) + "].origin (0 <= origin < ring)").c_str());
+  }
+  if (c.rows == 0) return;
+  GdnVerifyParams p;
+  p.step = make_step(a.geo, a.in, a.w, a.cache.checkpoint, a.slot_idx, a.out, c);
+  p.ring = make_ring(a.cache.d_ring, a.cache.k_ring, a.cache.g_ring, a.cache.cursor, R);
+  p.query_start_loc = static_cast<const int32_t*>(a.query_start_loc.data);
+  p.history = a.spec.history;
+  p.window = a.spec.window;
+  cpu::gdn_spec_verify(p);
+}
+
+void classic_spec_decode(const ClassicSpecArgs& a, Stream stream) {
+  if (a.window < 1 || a.window > 64) throw Error("window", "must be in [1, 64], got " + str(a.window));
+  // slot_idx is not an argument here: rows come from state_indices; check it with check_common's
+  // slot rule by passing column 0 (padding when < 0).
+  TensorView col0 = a.state_indices;
+  if (col0.ndim == 2) { col0.ndim = 1; col0.stride[0] = a.state_indices.stride[0]; }
+  Arg si("state_indices", a.state_indices);
+  si.required().nonnegative_strides().dtype(DType::i32).shape({{-1, "rows"}, {a.window, "window"}});
+  const Checked c = check_common(a.geo, a.in, a.w, a.out, col0, -1, false);
+  si.device(c.dev);
+  check_state("state", a.state, a.geo, c, -1);
+  const int64_t slots = a.state.shape[0];
+  Arg("num_accepted", a.num_accepted).required().nonnegative_strides().device(c.dev).dtype(DType::i32).shape({{c.rows, "rows"}});
+  check_query_start_loc(a.query_start_loc, c, c.rows);
+  reject_cuda(c);
+  const std::vector<int32_t> ids = *detail::read_int32(a.state_indices, stream);
+  const std::vector<int32_t> acc = *detail::read_int32(a.num_accepted, stream);
+  const std::vector<int32_t> qsl = read_qsl(a.query_start_loc, c.tokens, a.window, stream);
+  std::vector<int64_t> owner(size_t(slots), -1);  // live slot -> row that reads or writes it
+  auto claim = [&](int64_t row, int32_t s, const std::string& where) {
+    detail::check_range("state_indices", s, 0, slots, where.c_str());
+    if (owner[size_t(s)] >= 0 && owner[size_t(s)] != row)
+      throw Error("state_indices", "slot " + str(s) + " is used by rows " + str(owner[size_t(s)]) + " and " + str(row));
+    owner[size_t(s)] = row;
+  };
+  for (int64_t i = 0; i < c.rows; ++i) {
+    const int32_t* row = &ids[size_t(i * a.window)];
+    if (row[0] < 0) continue;
+    const int32_t k = acc[size_t(i)];
+    if (k < 1 || k > a.window)
+      throw Error("num_accepted", "row " + str(i) + " accepted " + str(k) + " tokens, expected 1.." + str(a.window));
+    claim(i, row[k - 1], "state_indices[" + str(i) + "][" + str(k - 1) + "] (the start state)");
+    const int n = qsl[size_t(i + 1)] - qsl[size_t(i)];
+    for (int t = 0; t < n; ++t) {
+      if (row[t] < 0) continue;
+      for (int u = 0; u < t; ++u)
+        if (row[u] == row[t]) throw Error("state_indices", "row " + str(i) + " writes slot " + str(row[t]) + " twice");
+      claim(i, row[t], "state_indices[" + str(i) + "][" + str(t) + "]");
+    }
+  }
+  if (c.rows == 0) return;
+  GdnClassicSpecParams p;
+  p.step = make_step(a.geo, a.in, a.w, a.state, col0, a.out, c);
+  p.state_indices = static_cast<const int32_t*>(a.state_indices.data);
+  p.si_row = a.state_indices.stride[0];
+  p.si_col = a.state_indices.stride[1];
+  p.num_accepted = static_cast<const int32_t*>(a.num_accepted.data);
+  p.na_stride = a.num_accepted.stride[0];
+  p.query_start_loc = static_cast<const int32_t*>(a.query_start_loc.data);
+  p.window = a.window;
+  cpu::gdn_classic_spec(p);
+}
+
+}  // namespace replayssm::gdn

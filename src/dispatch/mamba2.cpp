@@ -1,0 +1,217 @@
+// Mamba-2 entry points: validate everything (shapes, dtypes, strides, devices, then the index and
+// cursor values on the host) before any byte is written, build the Params, run on the tensors'
+// device.
+#include "replayssm/mamba2.hpp"
+
+#include <string>
+#include <vector>
+
+#include "core/host_read.hpp"
+#include "cpu/mamba2_ops.hpp"
+#include "dispatch/mamba2_check.hpp"
+#if defined(REPLAYSSM_WITH_CUDA)
+#include "cuda/ops.hpp"
+#endif
+
+namespace replayssm::mamba2 {
+
+using detail::Arg;
+using namespace detail::m2;
+
+namespace {
+
+constexpr int kMaxRing = 64;
+
+[[noreturn, maybe_unused]] void no_cuda_yet(const char* op) {
+  throw Error("device", std::string(op) + " is not available on CUDA yet (issue 5); run it on CPU tensors");
+}
+
+// The ring tensors of either cache kind: [slots, H, R, P], [slots, H, R], [slots, G, R, N].
+void check_rings(const Mamba2Geometry& geo, const TensorView& x_ring, const TensorView& dt_ring,
+                 const TensorView& B_ring, DType act, Device dev, int64_t slots, int64_t R) {
+  const int64_t H = geo.heads, P = geo.headdim, N = geo.dstate, G = geo.groups;
+  check_pool("cache.x_ring", x_ring, {{H, "heads"}, {R, "ring"}, {P, "headdim"}}, act, dev, slots);
+  check_pool("cache.dt_ring", dt_ring, {{H, "heads"}, {R, "ring"}}, DType::f32, dev, slots);
+  check_pool("cache.B_ring", B_ring, {{G, "groups"}, {R, "ring"}, {N, "dstate"}}, act, dev, slots);
+}
+
+Mamba2RingParams ring_params(const TensorView& x_ring, const TensorView& dt_ring, const TensorView& B_ring,
+                             const TensorView& cursor, int R) {
+  Mamba2RingParams r;
+  r.ring = R;
+  r.x_ring = x_ring.data;                          r.xr_slot = x_ring.stride[0];
+  r.dt_ring = static_cast<float*>(dt_ring.data);   r.dtr_slot = dt_ring.stride[0];
+  r.B_ring = B_ring.data;                          r.Br_slot = B_ring.stride[0];
+  r.cursor = static_cast<int32_t*>(cursor.data);   r.cursor_slot = cursor.stride[0];
+  return r;
+}
+
+}  // namespace
+
+void decode(const DecodeArgs& a, Stream stream) {
+  const int64_t rows = a.slot_idx.defined() && a.slot_idx.ndim == 1 ? a.slot_idx.shape[0] : -1;
+  const TokenInfo info = check_inputs(a.geo, a.in, a.w, a.out, rows);
+  check_index_vector("slot_idx", a.slot_idx, info.dev, info.tokens);
+  const int64_t slots = check_pool("state", a.state, {{a.geo.heads, "heads"}, {a.geo.headdim, "headdim"},
+                                   {a.geo.dstate, "dstate"}}, a.state.dtype, info.dev, -1);
+  check_state_dtype("state", a.state, info.act);
+  check_slot_values("slot_idx", a.slot_idx, slots, stream);
+
+  Mamba2StepParams p;
+  fill_step(p, a.geo, a.in, a.w, a.out, info.act, info.tokens, info.tokens, a.slot_idx, a.state);
+  if (info.dev.type == DeviceType::cuda) {
+#if defined(REPLAYSSM_WITH_CUDA)
+    cuda::mamba2_decode(p, stream);
+#endif
+    return;
+  }
+  cpu::mamba2_decode(p);
+}
+
+void replay_decode(const ReplayDecodeArgs& a, Stream stream) {
+  const int64_t rows = a.slot_idx.defined() && a.slot_idx.ndim == 1 ? a.slot_idx.shape[0] : -1;
+  const TokenInfo info = check_inputs(a.geo, a.in, a.w, a.out, rows);
+  check_index_vector("slot_idx", a.slot_idx, info.dev, info.tokens);
+  const ReplayCache& c = a.cache;
+  const int64_t slots = check_pool("cache.checkpoint", c.checkpoint, {{a.geo.heads, "heads"},
+                                   {a.geo.headdim, "headdim"}, {a.geo.dstate, "dstate"}}, c.checkpoint.dtype, info.dev, -1);
+  check_state_dtype("cache.checkpoint", c.checkpoint, info.act);
+  Arg xr("cache.x_ring", c.x_ring);
+  xr.required();
+  if (c.x_ring.ndim != 4) xr.shape({{slots, "slots"}, {a.geo.heads, "heads"}, {-1, "ring"}, {a.geo.headdim, "headdim"}});
+  const int64_t L = c.x_ring.shape[2];
+  if (L < 1 || L > kMaxRing)
+    xr.fail("ring length L (dim 2) must be in [1, " + std::to_string(kMaxRing) + "], got " + std::to_string(L));
+  check_rings(a.geo, c.x_ring, c.dt_ring, c.B_ring, info.act, info.dev, slots, L);
+  Arg("cache.cursor", c.cursor).required().shape({{slots, "slots"}}).dtype(DType::i32).device(info.dev)
+      .nonnegative_strides();
+
+  auto ids = check_slot_values("slot_idx", a.slot_idx, slots, stream);
+  auto cur = detail::read_int32(c.cursor, stream);
+  if (ids && cur)
+    for (int32_t s : *ids)
+      if (s >= 0) detail::check_range("cache.cursor", (*cur)[size_t(s)], 0, L, ("cursor[" + std::to_string(s) + "]").c_str());
+
+  Mamba2ReplayParams p;
+  fill_step(p.step, a.geo, a.in, a.w, a.out, info.act, info.tokens, info.tokens, a.slot_idx, c.checkpoint);
+  p.ring = ring_params(c.x_ring, c.dt_ring, c.B_ring, c.cursor, int(L));
+  p.output_only = a.route == Route::output_only;
+  if (info.dev.type == DeviceType::cuda) {
+#if defined(REPLAYSSM_WITH_CUDA)
+    cuda::mamba2_replay_decode(p, stream);
+#endif
+    return;
+  }
+  cpu::mamba2_replay_decode(p);
+}
+
+void spec_verify(const VerifyArgs& a, Stream stream) {
+  a.spec.validate("spec");
+  const TokenInfo info = check_inputs(a.geo, a.in, a.w, a.out, -1);
+  const int64_t rows = check_index_vector("slot_idx", a.slot_idx, info.dev);
+  check_index_vector("query_start_loc", a.query_start_loc, info.dev, rows + 1);
+  const int R = a.spec.ring_len();
+  if (R > kMaxRing)
+    throw Error("spec", "ring length next_pow2(history + window) = " + std::to_string(R) + " exceeds " +
+                            std::to_string(kMaxRing));
+  const SpecCache& c = a.cache;
+  const int64_t slots = check_pool("cache.checkpoint", c.checkpoint, {{a.geo.heads, "heads"},
+                                   {a.geo.headdim, "headdim"}, {a.geo.dstate, "dstate"}}, c.checkpoint.dtype, info.dev, -1);
+  check_state_dtype("cache.checkpoint", c.checkpoint, info.act);
+  check_rings(a.geo, c.x_ring, c.dt_ring, c.B_ring, info.act, info.dev, slots, R);
+  check_pool("cache.cursor", c.cursor, {{2, "(w, origin)"}}, DType::i32, info.dev, slots);
+
+  auto ids = check_slot_values("slot_idx", a.slot_idx, slots, stream);
+  check_qsl(a.query_start_loc, rows, a.spec.window, info.tokens, stream);
+  auto cur = detail::read_int32(c.cursor, stream);
+  if (ids && cur)
+    for (int32_t s : *ids) {
+      if (s < 0) continue;
+      const std::string at = "cursor[" + std::to_string(s) + "]";
+      detail::check_range("cache.cursor", (*cur)[size_t(s) * 2], 0, a.spec.history + 1, (at + ".w").c_str());
+      detail::check_range("cache.cursor", (*cur)[size_t(s) * 2 + 1], 0, R, (at + ".origin").c_str());
+    }
+
+  Mamba2VerifyParams p;
+  fill_step(p.step, a.geo, a.in, a.w, a.out, info.act, info.tokens, rows, a.slot_idx, c.checkpoint);
+  p.ring = ring_params(c.x_ring, c.dt_ring, c.B_ring, c.cursor, R);
+  p.query_start_loc = static_cast<const int32_t*>(a.query_start_loc.data);
+  p.history = a.spec.history;
+  p.window = a.spec.window;
+  if (info.dev.type == DeviceType::cuda) {
+#if defined(REPLAYSSM_WITH_CUDA)
+    cuda::mamba2_spec_verify(p, stream);
+#endif
+    return;
+  }
+  cpu::mamba2_spec_verify(p);
+}
+
+void classic_spec_decode(const ClassicSpecArgs& a, Stream stream) {
+  if (a.window < 1 || a.window > 64) throw Error("window", "must be in [1, 64], got " + std::to_string(a.window));
+  const TokenInfo info = check_inputs(a.geo, a.in, a.w, a.out, -1);
+  const int64_t T = a.window;
+  Arg si("state_indices", a.state_indices);
+  si.required().shape({{-1, "rows"}, {T, "window"}}).dtype(DType::i32).device(info.dev).nonnegative_strides()
+      .inner_contiguous();
+  const int64_t rows = a.state_indices.shape[0];
+  check_index_vector("num_accepted", a.num_accepted, info.dev, rows);
+  check_index_vector("query_start_loc", a.query_start_loc, info.dev, rows + 1);
+  const int64_t slots = check_pool("state", a.state, {{a.geo.heads, "heads"}, {a.geo.headdim, "headdim"},
+                                   {a.geo.dstate, "dstate"}}, a.state.dtype, info.dev, -1);
+  check_state_dtype("state", a.state, info.act);
+
+  auto qsl = check_qsl(a.query_start_loc, rows, a.window, info.tokens, stream);
+  auto idx = detail::read_int32(a.state_indices, stream);
+  auto acc = detail::read_int32(a.num_accepted, stream);
+  if (qsl && idx && acc) {
+    // Every stored slot is written by one row only, and no row reads a slot another row writes
+    // (rows run in parallel); a row may overwrite its own start slot (it is copied first).
+    std::vector<int> writer(size_t(slots), -1);
+    for (int64_t i = 0; i < rows; ++i) {
+      const int32_t* r = idx->data() + i * T;
+      if (r[0] < 0) continue;
+      const int32_t k = (*acc)[size_t(i)];
+      if (k < 1 || k > T)
+        throw Error("num_accepted", "row " + std::to_string(i) + " is " + std::to_string(k) + ", expected 1.." + std::to_string(T));
+      detail::check_range("state_indices", r[k - 1], 0, slots,
+                          ("state_indices[" + std::to_string(i) + "][" + std::to_string(k - 1) + "] (the start slot)").c_str());
+      const int32_t len = (*qsl)[size_t(i + 1)] - (*qsl)[size_t(i)];
+      for (int32_t t = 0; t < len; ++t) {
+        const int32_t s = r[t];
+        if (s < 0) continue;
+        if (s >= slots)
+          throw Error("state_indices", "state_indices[" + std::to_string(i) + "][" + std::to_string(t) + "] = " +
+                                           std::to_string(s) + " is out of range: expected < slots = " + std::to_string(slots));
+        if (writer[size_t(s)] >= 0)
+          throw Error("state_indices", "slot " + std::to_string(s) + " is written twice (row " + std::to_string(i) + ")");
+        writer[size_t(s)] = int(i);
+      }
+    }
+    for (int64_t i = 0; i < rows; ++i) {
+      const int32_t* r = idx->data() + i * T;
+      if (r[0] < 0) continue;
+      const int32_t start = r[(*acc)[size_t(i)] - 1];
+      if (writer[size_t(start)] >= 0 && writer[size_t(start)] != i)
+        throw Error("state_indices", "row " + std::to_string(i) + " starts from slot " + std::to_string(start) +
+                                         ", which row " + std::to_string(writer[size_t(start)]) + " overwrites");
+    }
+  }
+
+  Mamba2ClassicSpecParams p;
+  fill_step(p.step, a.geo, a.in, a.w, a.out, info.act, info.tokens, rows, TensorView{}, a.state);
+  p.state_indices = static_cast<const int32_t*>(a.state_indices.data);
+  p.si_row = a.state_indices.stride[0];
+  p.num_accepted = static_cast<const int32_t*>(a.num_accepted.data);
+  p.query_start_loc = static_cast<const int32_t*>(a.query_start_loc.data);
+  p.window = a.window;
+  if (info.dev.type == DeviceType::cuda) {
+#if defined(REPLAYSSM_WITH_CUDA)
+    cuda::mamba2_classic_spec(p, stream);
+#endif
+    return;
+  }
+  cpu::mamba2_classic_spec(p);
+}
+
+}  // namespace replayssm::mamba2

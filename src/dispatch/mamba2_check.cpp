@@ -1,0 +1,152 @@
+#include "dispatch/mamba2_check.hpp"
+
+#include <string>
+
+#include "core/host_read.hpp"
+#include "replayssm/backend.hpp"
+
+namespace replayssm::detail::m2 {
+
+TokenInfo check_inputs(const Mamba2Geometry& geo, const mamba2::TokenInputs& in, const mamba2::Weights& w,
+                       const TensorView& out, int64_t tokens) {
+  geo.validate("geo");
+  const int64_t H = geo.heads, P = geo.headdim, N = geo.dstate, G = geo.groups;
+  TokenInfo info;
+  Arg x("in.x", in.x);
+  x.required().dtype_in({DType::f32, DType::bf16, DType::f16, DType::f64}, "the activation dtype");
+  info.dev = in.x.device;
+  info.act = in.x.dtype;
+  if (info.dev.type == DeviceType::cuda) {
+    if (!built_with_cuda()) x.fail("is on a CUDA device but this build has no CUDA support");
+    if (info.act == DType::f64) x.fail("float64 tensors are supported on the CPU only");
+  }
+  x.shape({{tokens, "tokens"}, {H, "heads"}, {P, "headdim"}}).nonnegative_strides().inner_contiguous();
+  info.tokens = in.x.shape[0];
+  const int64_t T = info.tokens;
+  const DType act = info.act;
+  Arg("in.dt", in.dt).required().shape({{T, "tokens"}, {H, "heads"}})
+      .dtype_in({act, DType::f32}, "the activation dtype or float32").device(info.dev).nonnegative_strides();
+  Arg("in.B", in.B).required().shape({{T, "tokens"}, {G, "groups"}, {N, "dstate"}}).dtype(act)
+      .device(info.dev).nonnegative_strides().inner_contiguous();
+  Arg("in.C", in.C).required().shape({{T, "tokens"}, {G, "groups"}, {N, "dstate"}}).dtype(act)
+      .device(info.dev).nonnegative_strides().inner_contiguous();
+  Arg z("in.z", in.z);
+  if (z.present())
+    z.required().shape({{T, "tokens"}, {H, "heads"}, {P, "headdim"}}).dtype(act).device(info.dev)
+        .nonnegative_strides().inner_contiguous();
+  Arg("out", out).required().shape({{T, "tokens"}, {H, "heads"}, {P, "headdim"}}).dtype(act)
+      .device(info.dev).nonnegative_strides().inner_contiguous();
+  // Per-head weights are read as dense float arrays by the kernels.
+  Arg("w.A", w.A).required().shape({{H, "heads"}}).dtype(DType::f32).device(info.dev).nonnegative_strides()
+      .inner_contiguous();
+  Arg bias("w.dt_bias", w.dt_bias);
+  if (bias.present())
+    bias.required().shape({{H, "heads"}}).dtype(DType::f32).device(info.dev).nonnegative_strides().inner_contiguous();
+  Arg D("w.D", w.D);
+  if (D.present())
+    D.required().shape({{H, "heads"}}).dtype(DType::f32).device(info.dev).nonnegative_strides().inner_contiguous();
+  return info;
+}
+
+int64_t check_index_vector(const char* name, const TensorView& t, Device dev, int64_t rows) {
+  Arg a(name, t);
+  a.required().shape({{rows, "rows"}}).dtype(DType::i32).device(dev).nonnegative_strides();
+  if (t.shape[0] > 1 && t.stride[0] != 1) a.fail("must be contiguous (stride 1), got strides " + t.stride_string());
+  return t.shape[0];
+}
+
+int64_t check_pool(const char* name, const TensorView& t, std::initializer_list<Dim> per_slot, DType dtype,
+                   Device dev, int64_t slots) {
+  Arg a(name, t);
+  a.required();
+  // Shape check with the slot dimension in front.
+  Dim dims[kMaxDims];
+  int nd = 0;
+  dims[nd++] = {slots, "slots"};
+  for (const Dim& d : per_slot) dims[nd++] = d;
+  bool ok = t.ndim == nd;
+  for (int i = 0; ok && i < nd; ++i) ok = dims[i].value < 0 || t.shape[i] == dims[i].value;
+  if (!ok) {
+    std::string want = "[";
+    for (int i = 0; i < nd; ++i) {
+      want += (i ? ", " : "") + std::string(dims[i].label) + "=";
+      want += dims[i].value < 0 ? std::string("any") : std::to_string(dims[i].value);
+    }
+    a.fail("expected shape " + want + "], got " + t.shape_string());
+  }
+  a.dtype(dtype).device(dev).nonnegative_strides().dense_from(1);
+  int64_t per = 1;
+  for (int i = 1; i < t.ndim; ++i) per *= t.shape[i];
+  if (t.shape[0] > 1 && t.stride[0] < per)
+    a.fail("slots overlap: slot stride " + std::to_string(t.stride[0]) + " is smaller than one slot (" +
+           std::to_string(per) + " elements)");
+  return t.shape[0];
+}
+
+void check_state_dtype(const char* name, const TensorView& t, DType act) {
+  Arg a(name, t);
+  if (act == DType::f64) a.dtype(DType::f64);
+  else a.dtype_in({DType::f32, DType::bf16, DType::f16}, "the state dtype; float64 only with float64 activations");
+}
+
+std::optional<std::vector<int32_t>> check_slot_values(const char* name, const TensorView& slot_idx,
+                                                      int64_t slots, Stream stream) {
+  auto v = read_int32(slot_idx, stream);
+  if (!v) return v;
+  std::vector<char> seen(size_t(slots), 0);
+  for (size_t i = 0; i < v->size(); ++i) {
+    const int32_t s = (*v)[i];
+    if (s < 0) continue;  // padding row
+    if (s >= slots)
+      throw Error(name, "slot_idx[" + std::to_string(i) + "] = " + std::to_string(s) +
+                            " is out of range: expected < slots = " + std::to_string(slots) + " (or < 0 for padding)");
+    if (seen[size_t(s)]) throw Error(name, "slot " + std::to_string(s) + " appears twice (row " + std::to_string(i) + ")");
+    seen[size_t(s)] = 1;
+  }
+  return v;
+}
+
+std::optional<std::vector<int32_t>> check_qsl(const TensorView& qsl, int64_t rows, int window, int64_t tokens,
+                                              Stream stream) {
+  auto v = read_int32(qsl, stream);
+  if (!v) return v;
+  const auto& q = *v;
+  if (q[0] != 0) throw Error("query_start_loc", "must start at 0, got " + std::to_string(q[0]));
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t len = int64_t(q[size_t(i + 1)]) - q[size_t(i)];
+    if (len < 0 || len > window)
+      throw Error("query_start_loc", "window length of row " + std::to_string(i) + " is " + std::to_string(len) +
+                                         ", expected 0.." + std::to_string(window) + " (non-decreasing, at most the window)");
+  }
+  if (q[size_t(rows)] != tokens)
+    throw Error("query_start_loc", "last entry is " + std::to_string(q[size_t(rows)]) +
+                                       ", expected the number of tokens (" + std::to_string(tokens) + ")");
+  return v;
+}
+
+void fill_step(Mamba2StepParams& p, const Mamba2Geometry& geo, const mamba2::TokenInputs& in,
+               const mamba2::Weights& w, const TensorView& out, DType act, int64_t tokens, int64_t rows,
+               const TensorView& slot_idx, const TensorView& state) {
+  p.tokens = int(tokens);
+  p.rows = int(rows);
+  p.heads = geo.heads; p.headdim = geo.headdim; p.dstate = geo.dstate; p.groups = geo.groups;
+  p.act = act;
+  p.dt_dtype = in.dt.dtype;
+  p.state_dtype = state.dtype;
+  p.x = in.x.data;   p.x_tok = in.x.stride[0];   p.x_head = in.x.stride[1];
+  p.dt = in.dt.data; p.dt_tok = in.dt.stride[0]; p.dt_head = in.dt.stride[1];
+  p.B = in.B.data;   p.B_tok = in.B.stride[0];   p.B_group = in.B.stride[1];
+  p.C = in.C.data;   p.C_tok = in.C.stride[0];   p.C_group = in.C.stride[1];
+  if (in.z.defined()) { p.z = in.z.data; p.z_tok = in.z.stride[0]; p.z_head = in.z.stride[1]; }
+  p.out = out.data;  p.out_tok = out.stride[0];  p.out_head = out.stride[1];
+  p.A = static_cast<const float*>(w.A.data);
+  p.dt_bias = w.dt_bias.defined() ? static_cast<const float*>(w.dt_bias.data) : nullptr;
+  p.D = w.D.defined() ? static_cast<const float*>(w.D.data) : nullptr;
+  p.dt_softplus = w.dt_softplus;
+  p.slot_idx = slot_idx.defined() ? static_cast<const int32_t*>(slot_idx.data) : nullptr;
+  p.state = state.data;
+  p.state_slot = state.stride[0];
+  p.slots = state.shape[0];
+}
+
+}  // namespace replayssm::detail::m2

@@ -1,0 +1,48 @@
+// Validation shared by the Mamba-2 entry points (src/dispatch/mamba2.cpp). Every check throws
+// replayssm::Error naming the argument as the caller spells it ("in.x", "cache.cursor", ...) and
+// stating the expected shape / dtype / stride; nothing here writes to any tensor.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/check.hpp"
+#include "params/mamba2_params.hpp"
+#include "replayssm/mamba2.hpp"
+
+namespace replayssm::detail::m2 {
+
+struct TokenInfo {
+  Device dev;
+  DType act = DType::f32;
+  int64_t tokens = 0;
+};
+
+// Geometry, token inputs, weights and out; tokens = -1 accepts any count (speculative ops).
+TokenInfo check_inputs(const Mamba2Geometry& geo, const mamba2::TokenInputs& in, const mamba2::Weights& w,
+                       const TensorView& out, int64_t tokens);
+
+// [rows] int32, unit stride, on dev; returns rows.
+int64_t check_index_vector(const char* name, const TensorView& t, Device dev, int64_t rows = -1);
+
+// A slot-keyed pool [slots, dims...] of `dtype` (or a state dtype when state == true), dense within
+// a slot, slots not overlapping. slots = -1 takes the count from the tensor. Returns slots.
+int64_t check_pool(const char* name, const TensorView& t, std::initializer_list<Dim> per_slot, DType dtype,
+                   Device dev, int64_t slots);
+// The state dtype rule: float32 / bfloat16 / float16, or float64 exactly when act is float64.
+void check_state_dtype(const char* name, const TensorView& t, DType act);
+
+// Host range checks (skipped when the values cannot be read: CUDA without device validation).
+// Live slot ids < slots and unique; returns the ids.
+std::optional<std::vector<int32_t>> check_slot_values(const char* name, const TensorView& slot_idx,
+                                                      int64_t slots, Stream stream);
+// query_start_loc: starts at 0, each window length in [0, window], last == tokens.
+std::optional<std::vector<int32_t>> check_qsl(const TensorView& qsl, int64_t rows, int window,
+                                              int64_t tokens, Stream stream);
+
+// Fill the token / weight / state fields of the step params (pointers and element strides).
+void fill_step(Mamba2StepParams& p, const Mamba2Geometry& geo, const mamba2::TokenInputs& in,
+               const mamba2::Weights& w, const TensorView& out, DType act, int64_t tokens, int64_t rows,
+               const TensorView& slot_idx, const TensorView& state);
+
+}  // namespace replayssm::detail::m2

@@ -1,0 +1,136 @@
+#include "support/gdn_streams.hpp"
+
+#include <algorithm>
+
+namespace replayssm::test::gdn {
+
+namespace ref = replayssm::reference::gdn;
+
+double StreamStats::first_window(int n) const {
+  double m = 0;
+  for (int i = 0; i < std::min<int>(n, int(out_err.size())); ++i) m = std::max(m, out_err[size_t(i)]);
+  return m;
+}
+double StreamStats::last_window(int n) const {
+  double m = 0;
+  for (int i = std::max(0, int(out_err.size()) - n); i < int(out_err.size()); ++i) m = std::max(m, out_err[size_t(i)]);
+  return m;
+}
+double StreamStats::max_out() const { return out_err.empty() ? 0 : *std::max_element(out_err.begin(), out_err.end()); }
+
+static HostTensor masked_slots(const std::vector<int32_t>& ids, const std::vector<char>& keep) {
+  std::vector<int32_t> m(ids.size(), -1);
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (keep[i]) m[i] = ids[i];
+  return i32(m);
+}
+
+StreamStats run_replay_stream(const StreamConfig& c, const StepHook& hook) {
+  std::mt19937_64 rng(c.seed);
+  const int64_t rows = int64_t(c.slot_ids.size());
+  const Weights w = make_weights(c.geo, rng);
+  ReplayCaches cache = make_caches(c.geo, c.state, c.ring, c.slots, c.L, 1, rng);
+  HostTensor truth = to_f64_pool(cache.checkpoint);
+  HostTensor slot_idx = i32(c.slot_ids);
+  std::vector<int> live;
+  for (int64_t i = 0; i < rows; ++i)
+    if (c.slot_ids[size_t(i)] >= 0) live.push_back(int(i));
+  StreamStats st;
+  for (int step = 0; step < c.steps; ++step) {
+    Tokens tok = make_tokens(c.geo, c.act, rows, rng);
+    HostTensor out = make_out(c.geo, c.act, rows);
+    replayssm::gdn::ReplayDecodeArgs a{c.geo, tok.view(), w.view(), cache.view(), slot_idx.view(), out.view()};
+    std::vector<char> flush(size_t(rows), 0), append(size_t(rows), 0);
+    for (int r : live) {
+      const int32_t cur = int32_t(cache.cursor.at({c.slot_ids[size_t(r)]}));
+      (cur == c.L - 1 ? flush : append)[size_t(r)] = 1;
+    }
+    replayssm::gdn::replay_decode(a);
+    if (hook) hook(step, cache);
+
+    HostTensor ref_out = make_out(c.geo, DType::f64, rows);
+    HostTensor app = masked_slots(c.slot_ids, append), fl = masked_slots(c.slot_ids, flush);
+    ref::RefArgs ra = ref_args(c.geo, tok.view(), w, truth, app, ref_out);
+    ra.update_round = c.ring;  // appended tokens enter the state through the ring's rounding
+    ref::decode_step(ra);
+    ra.slot_idx = fl.view();
+    ra.update_round = DType::f64;
+    ref::decode_step(ra);
+    st.out_err.push_back(max_err(rows_values(out, live), rows_values(ref_out, live)));
+    for (int r : live)
+      if (flush[size_t(r)]) {
+        const int s = c.slot_ids[size_t(r)];
+        round_slot(truth, s, c.state);
+        st.checkpoint_err = std::max(st.checkpoint_err, max_err(slot_values(cache.checkpoint, s), slot_values(truth, s)));
+        ++st.flushes;
+      }
+    replayssm::advance_cursors(cache.cursor.view(), slot_idx.view(), c.L);
+  }
+  return st;
+}
+
+StreamStats run_spec_stream(const StreamConfig& c, bool full_windows, const StepHook& hook) {
+  std::mt19937_64 rng(c.seed);
+  const int rows = int(c.slot_ids.size());
+  const int T = c.spec.window;
+  const Weights w = make_weights(c.geo, rng);
+  ReplayCaches cache = make_caches(c.geo, c.state, c.ring, c.slots, c.spec.ring_len(), 2, rng);
+  HostTensor truth = to_f64_pool(cache.checkpoint);
+  HostTensor slot_idx = i32(c.slot_ids);
+  StreamStats st;
+  std::uniform_int_distribution<int> len(1, T);
+  for (int step = 0; step < c.steps; ++step) {
+    std::vector<int32_t> qsl(size_t(rows) + 1, 0);
+    for (int r = 0; r < rows; ++r) qsl[size_t(r) + 1] = qsl[size_t(r)] + (full_windows ? T : len(rng));
+    const int64_t tokens = qsl.back();
+    Tokens tok = make_tokens(c.geo, c.act, tokens, rng);
+    HostTensor out = make_out(c.geo, c.act, tokens), qsl_t = i32(qsl);
+    // Flush-due slots fold their history first: the checkpoint the truth continues from is rounded.
+    std::vector<int> flushed;
+    std::vector<char> row_flush(size_t(rows), 0);
+    for (int r = 0; r < rows; ++r) {
+      const int s = c.slot_ids[size_t(r)];
+      if (s < 0) continue;
+      const int wv = int(cache.cursor.at({s, 0}));
+      row_flush[size_t(r)] = c.spec.flush_due(wv);
+      if (c.spec.flush_due(wv) && wv > 0) {
+        round_slot(truth, s, c.state);
+        flushed.push_back(s);
+      }
+    }
+    replayssm::gdn::VerifyArgs a{c.geo, c.spec, tok.view(), w.view(), cache.spec_view(), slot_idx.view(), qsl_t.view(), out.view()};
+    replayssm::gdn::spec_verify(a);
+    if (hook) hook(step, cache);
+    for (int s : flushed) {
+      st.checkpoint_err = std::max(st.checkpoint_err, max_err(slot_values(cache.checkpoint, s), slot_values(truth, s)));
+      ++st.flushes;
+    }
+
+    // Truth: every window token from the committed state, then keep the accepted prefix.
+    HostTensor ref_out = make_out(c.geo, DType::f64, tokens);
+    HostTensor trace(DType::f64, {tokens, c.geo.v_heads, c.geo.head_v_dim, c.geo.head_k_dim});
+    HostTensor scratch = clone(truth);  // the truth pool is advanced from the trace, not by the run
+    ref::RefArgs ra = ref_args(c.geo, tok.view(), w, scratch, slot_idx, ref_out);
+    ra.query_start_loc = qsl_t.view();
+    ra.state_trace = trace.view();
+    ra.update_round = c.ring;
+    ref::decode_sequence(ra);
+    std::vector<int> live_tokens;
+    std::vector<int32_t> acc(size_t(rows), 0);
+    for (int r = 0; r < rows; ++r) {
+      const int n = qsl[size_t(r) + 1] - qsl[size_t(r)];
+      acc[size_t(r)] = c.accept ? c.accept(step, r, n, row_flush[size_t(r)] != 0)
+                                : std::uniform_int_distribution<int>(1, n)(rng);
+      const int s = c.slot_ids[size_t(r)];
+      if (s < 0) continue;
+      for (int t = qsl[size_t(r)]; t < qsl[size_t(r) + 1]; ++t) live_tokens.push_back(t);
+      copy_slot(trace, qsl[size_t(r)] + acc[size_t(r)] - 1, truth, s);
+    }
+    st.out_err.push_back(max_err(rows_values(out, live_tokens), rows_values(ref_out, live_tokens)));
+    HostTensor acc_t = i32(acc);
+    replayssm::commit_cursors(cache.cursor.view(), slot_idx.view(), acc_t.view(), qsl_t.view(), c.spec);
+  }
+  return st;
+}
+
+}  // namespace replayssm::test::gdn

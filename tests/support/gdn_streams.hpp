@@ -1,0 +1,44 @@
+// Multi-step drivers for the Gated DeltaNet tests: a ReplaySSM standard decode stream and a
+// speculative stream, each run against the float64 truth with the rounding points of the
+// algorithm emulated (state rounded at flush, d and k rounded where they enter the ring).
+#pragma once
+#include <functional>
+#include <vector>
+
+#include "replayssm/cursor.hpp"
+#include "support/gdn_harness.hpp"
+
+namespace replayssm::test::gdn {
+
+struct StreamConfig {
+  GdnGeometry geo;
+  DType state = DType::f32, act = DType::f32, ring = DType::f32;
+  int L = 16;                      // standard ring length
+  SpecConfig spec{16, 4};          // speculative ring
+  std::vector<int32_t> slot_ids;   // one per row, < 0 = padding
+  int64_t slots = 8;
+  int steps = 100;
+  uint64_t seed = 1;
+  // Speculative: accepted count for (step, row, window length n, slot flushed this step);
+  // unset = uniform in [1, n].
+  std::function<int(int, int, int, bool)> accept;
+};
+
+struct StreamStats {
+  std::vector<double> out_err;   // per step, max over live rows
+  double checkpoint_err = 0;     // max over every flush
+  int flushes = 0;               // (row, step) flush events checked
+  double first_window(int n) const;  // max of out_err over the first n steps
+  double last_window(int n) const;
+  double max_out() const;
+};
+
+// Hook called after each step's op ran and before the comparison (teeth tests corrupt here).
+using StepHook = std::function<void(int step, ReplayCaches&)>;
+
+StreamStats run_replay_stream(const StreamConfig& c, const StepHook& hook = {});
+// Random window lengths in [1, T] (or T when full_windows), random accepted counts; compares
+// every window token against the float64 decode of the accepted stream.
+StreamStats run_spec_stream(const StreamConfig& c, bool full_windows = false, const StepHook& hook = {});
+
+}  // namespace replayssm::test::gdn

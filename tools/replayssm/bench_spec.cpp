@@ -1,0 +1,42 @@
+// replayssm bench-spec: speculative-decode kernel benchmark (CUDA). The subcommand is registered in
+// every build; the work itself lives in bench_spec.cu (compiled only with CUDA).
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "replayssm/bench_spec.hpp"  // tools/replayssm/bench_spec.hpp
+#include "replayssm/commands.hpp"
+#include "replayssm/error.hpp"
+
+namespace replayssm::tools {
+
+void register_bench_spec(CLI::App& app) {
+  auto o = std::make_shared<BenchSpecOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench-spec",
+      "Speculative decode kernels (CUDA): classic spec path vs ReplaySSM verify + commit, per window T, batch, model");
+  cmd->add_option("--models", o->models, "Mamba-2 presets (nemotron3-nano-4b, nemotron3-super-120b, nemotron3-ultra-550b)")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--windows", o->windows, "Windows T (1 + drafts), 1..8")->delimiter(',')->capture_default_str();
+  cmd->add_option("--batches", o->batches, "Batch sizes (rows)")->delimiter(',')->capture_default_str();
+  cmd->add_option("--history", o->history, "ReplaySSM spec history B (ring = next_pow2(B + T))")->capture_default_str();
+  cmd->add_option("--state-dtype", o->state, "State dtype: float32, bfloat16, float16")->capture_default_str();
+  cmd->add_option("--act-dtype", o->act, "Activation dtype: bfloat16, float16, float32")->capture_default_str();
+  cmd->add_option("--steps", o->steps, "Decode steps per captured graph")->capture_default_str()->check(CLI::Range(4, 512));
+  cmd->add_option("--reps", o->reps, "Timed graph replays per measurement (median)")->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->add_option("--footprint-mb", o->footprint_mb,
+                  "Rotate among slot sets until each path's state pool is at least this big (defeats L2)")
+      ->capture_default_str();
+  cmd->add_option("--json", o->json, "Write the results as JSON to this file");
+  cmd->add_option("--seed", o->seed, "Random seed (accepted counts, inputs)")->capture_default_str();
+  cmd->callback([o] {
+#if defined(REPLAYSSM_WITH_CUDA)
+    run_bench_spec(*o);
+#else
+    throw Error("bench-spec", "needs CUDA: this build of replayssm has no CUDA kernels (configure with -DREPLAYSSM_CUDA=ON)");
+#endif
+  });
+}
+
+}  // namespace replayssm::tools

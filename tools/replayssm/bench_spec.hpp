@@ -1,0 +1,23 @@
+// Options of `replayssm bench-spec` (bench_spec.cpp registers it; bench_spec.cu runs it, CUDA only).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace replayssm::tools {
+
+struct BenchSpecOptions {
+  std::vector<std::string> models = {"nemotron3-nano-4b", "nemotron3-super-120b", "nemotron3-ultra-550b"};
+  std::vector<int> windows = {2, 4, 6, 8};
+  std::vector<int> batches = {8, 64, 256, 512};
+  int history = 16;
+  std::string state = "float32", act = "bfloat16";
+  int steps = 32, reps = 7;
+  double footprint_mb = 512;
+  std::string json;
+  uint64_t seed = 1;
+};
+
+void run_bench_spec(const BenchSpecOptions& o);  // bench_spec.cu
+
+}  // namespace replayssm::tools

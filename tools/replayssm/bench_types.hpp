@@ -1,0 +1,46 @@
+// Plain types shared by the benchmark front end (bench.cpp, any build) and its CUDA part
+// (bench_cuda.cu, CUDA builds only).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "replayssm/dtype.hpp"
+#include "replayssm/geometry.hpp"
+
+namespace replayssm::tools::bench {
+
+struct Options {
+  std::vector<std::string> models;  // preset names
+  std::vector<int> tp{1};
+  std::vector<int> batches{1, 8, 32, 64, 128, 256, 512};
+  std::vector<std::pair<DType, DType>> dtypes;  // (state, act)
+  std::vector<int> ring_lens{16};
+  bool state_route = false;  // also time Route::state_and_output (amortised)
+  int replays = 9;           // timed graph replays per measurement (median)
+  double rotate_mb = 256;    // input/cache sets rotated so that each pass is >= this many MB
+};
+
+struct Timing {
+  double us = 0;      // median per step
+  double bytes = 0;   // by the kernel's own count, per step
+  double tbps() const { return us > 0 ? bytes / us * 1e-6 : 0; }
+};
+
+struct Result {
+  std::string model;
+  Mamba2Geometry geo;
+  int tp = 1, batch = 0, L = 0;
+  DType sd = DType::f32, ad = DType::bf16;
+  Timing classic, append_w0, append_mid, append_last, append_avg, flush, amortised, amortised_state;
+  double bound_us = 0;  // amortised bytes / copy bandwidth
+};
+
+struct Report {
+  std::string device;
+  double copy_tbps = 0;  // device-to-device copy, bytes read + written
+  std::vector<Result> results;
+};
+
+Report run_cuda(const Options& o);  // bench_cuda.cu
+
+}  // namespace replayssm::tools::bench

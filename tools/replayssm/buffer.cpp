@@ -1,0 +1,94 @@
+#include "replayssm/buffer.hpp"
+
+#include <string>
+
+#include "replayssm/error.hpp"
+#if defined(REPLAYSSM_WITH_CUDA)
+#include <cuda_runtime.h>
+#endif
+
+namespace replayssm::tools {
+
+#if defined(REPLAYSSM_WITH_CUDA)
+static void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error("cuda", std::string(what) + ": " + cudaGetErrorString(e));
+}
+#endif
+
+Buffer::Buffer(DType dtype, std::vector<int64_t> shape, Device device) {
+  view_.dtype = dtype;
+  view_.device = device;
+  view_.ndim = int(shape.size());
+  int64_t st = 1;
+  for (int d = view_.ndim - 1; d >= 0; --d) {
+    view_.shape[d] = shape[size_t(d)];
+    view_.stride[d] = st;
+    st *= shape[size_t(d)];
+  }
+  host_.assign(size_t(std::max<int64_t>(st, 1)) * dtype_size(dtype), 0);
+  if (device.type == DeviceType::cuda) {
+#if defined(REPLAYSSM_WITH_CUDA)
+    cuda_check(cudaMalloc(&device_ptr_, host_.size()), "cudaMalloc");
+    view_.data = device_ptr_;
+    upload();
+#else
+    throw Error("device", "this build has no CUDA support");
+#endif
+  } else {
+    view_.data = host_.data();
+  }
+}
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  std::swap(host_, o.host_);
+  std::swap(device_ptr_, o.device_ptr_);
+  std::swap(view_, o.view_);
+  if (view_.device.type == DeviceType::cpu) view_.data = host_.empty() ? nullptr : host_.data();
+  if (o.view_.device.type == DeviceType::cpu) o.view_.data = o.host_.empty() ? nullptr : o.host_.data();
+  return *this;
+}
+
+Buffer::~Buffer() {
+#if defined(REPLAYSSM_WITH_CUDA)
+  if (device_ptr_) cudaFree(device_ptr_);
+#endif
+}
+
+void Buffer::fill_uniform(std::mt19937_64& rng, double lo, double hi) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  const int sz = dtype_size(view_.dtype);
+  for (int64_t i = 0; i < numel(); ++i) store_from_f64(host_.data() + i * sz, view_.dtype, u(rng));
+  upload();
+}
+
+void Buffer::fill(double v) {
+  const int sz = dtype_size(view_.dtype);
+  for (int64_t i = 0; i < numel(); ++i) store_from_f64(host_.data() + i * sz, view_.dtype, v);
+  upload();
+}
+
+void Buffer::upload() {
+#if defined(REPLAYSSM_WITH_CUDA)
+  if (device_ptr_) cuda_check(cudaMemcpy(device_ptr_, host_.data(), host_.size(), cudaMemcpyHostToDevice), "upload");
+#endif
+}
+
+std::vector<double> Buffer::download() {
+#if defined(REPLAYSSM_WITH_CUDA)
+  if (device_ptr_) cuda_check(cudaMemcpy(host_.data(), device_ptr_, host_.size(), cudaMemcpyDeviceToHost), "download");
+#endif
+  std::vector<double> out(static_cast<size_t>(numel()));
+  const int sz = dtype_size(view_.dtype);
+  for (int64_t i = 0; i < numel(); ++i) out[size_t(i)] = load_as_f64(host_.data() + i * sz, view_.dtype);
+  return out;
+}
+
+void device_synchronize(Device d) {
+#if defined(REPLAYSSM_WITH_CUDA)
+  if (d.type == DeviceType::cuda) cuda_check(cudaDeviceSynchronize(), "synchronize");
+#else
+  (void)d;
+#endif
+}
+
+}  // namespace replayssm::tools

@@ -1,0 +1,40 @@
+// A tensor buffer for the tools: host memory, or device memory with a host mirror, filled with
+// random values rounded to its dtype. Lets the demo run the same code on the CPU and CUDA backends.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "replayssm/tensor.hpp"
+
+namespace replayssm::tools {
+
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(DType dtype, std::vector<int64_t> shape, Device device);
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept;
+  ~Buffer();
+
+  TensorView view() const { return view_; }
+  int64_t numel() const { return view_.numel(); }
+  int64_t bytes() const { return numel() * dtype_size(view_.dtype); }
+
+  void fill_uniform(std::mt19937_64& rng, double lo, double hi);  // host mirror, then upload
+  void fill(double v);
+  void upload();                       // host mirror -> device (no-op on the CPU)
+  std::vector<double> download();      // device -> host mirror, as float64
+  std::vector<uint8_t>& host() { return host_; }
+
+ private:
+  std::vector<uint8_t> host_;
+  void* device_ptr_ = nullptr;
+  TensorView view_;
+};
+
+void device_synchronize(Device d);
+
+}  // namespace replayssm::tools

@@ -1,0 +1,256 @@
+// replayssm demo: decode a real layer geometry with the classic step and with ReplaySSM on the best
+// available backend, check that the outputs agree, and report time and state traffic per step.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+#include "replayssm/buffer.hpp"
+#include "replayssm/commands.hpp"
+#include "replayssm/replayssm.hpp"
+#include "replayssm/traffic.hpp"
+
+namespace replayssm::tools {
+namespace {
+
+struct DemoOptions {
+  std::string model = "nemotron3-nano-4b";
+  int batch = 8, steps = 256, ring = 16, tp = 1, threads = 0;
+  std::string state = "float32", act = "bfloat16", ring_dtype = "float32", backend = "auto", route = "output_only";
+  uint64_t seed = 1;
+  bool quiet = false;
+};
+
+DType parse_dtype(const std::string& s, const char* arg) {
+  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::f64})
+    if (s == dtype_name(t)) return t;
+  if (s == "fp32" || s == "f32") return DType::f32;
+  if (s == "bf16") return DType::bf16;
+  if (s == "fp16" || s == "f16") return DType::f16;
+  throw Error(arg, "unknown dtype '" + s + "' (float32, bfloat16, float16, float64)");
+}
+
+// Times one callable per step; keeps every sample for the median.
+struct Timer {
+  std::vector<double> us;
+  Device dev;
+  template <class F> void run(F&& f) {
+    device_synchronize(dev);
+    auto t0 = std::chrono::steady_clock::now();
+    f();
+    device_synchronize(dev);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  double median() const {
+    std::vector<double> v = us;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  }
+  double mean() const { return std::accumulate(us.begin(), us.end(), 0.0) / double(us.size()); }
+};
+
+double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) { num += (a[i] - b[i]) * (a[i] - b[i]); den += b[i] * b[i]; }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+void progress(const DemoOptions& o, int step) {
+  if (o.quiet || step % 32 != 31) return;
+  std::fprintf(stderr, "\r  step %d / %d", step + 1, o.steps);
+  if (step + 1 == o.steps) std::fprintf(stderr, "\n");
+}
+
+std::vector<int32_t> shuffled_slots(int batch, std::mt19937_64& rng) {
+  std::vector<int32_t> s(static_cast<size_t>(batch));
+  std::iota(s.begin(), s.end(), 0);
+  std::shuffle(s.begin(), s.end(), rng);
+  return s;
+}
+
+Buffer index_buffer(const std::vector<int32_t>& v, Device dev) {
+  Buffer b(DType::i32, {int64_t(v.size())}, dev);
+  std::copy_n(reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4, b.host().data());
+  b.upload();
+  return b;
+}
+
+struct Report {
+  Timer classic, replay;
+  double max_rel = 0;
+  StepBytes classic_bytes, replay_bytes;
+};
+
+void print_report(const char* what, const DemoOptions& o, Device dev, Report& r, double tol) {
+  const double c = r.classic.mean(), p = r.replay.mean();
+  std::printf("\n%s, batch %d, %d steps, L = %d, state %s, activations %s, backend %s\n", what, o.batch, o.steps,
+              o.ring, o.state.c_str(), o.act.c_str(), to_string(dev).c_str());
+  std::printf("  %-22s %12s %12s %14s %14s %10s\n", "path", "mean us", "median us", "state MB/step", "total MB/step", "GB/s");
+  std::printf("  %-22s %12.1f %12.1f %14.3f %14.3f %10.1f\n", "classic decode", c, r.classic.median(),
+              r.classic_bytes.state() / 1e6, r.classic_bytes.total() / 1e6, r.classic_bytes.total() / c / 1e3);
+  std::printf("  %-22s %12.1f %12.1f %14.3f %14.3f %10.1f\n", "ReplaySSM (amortised)", p, r.replay.median(),
+              r.replay_bytes.state() / 1e6, r.replay_bytes.total() / 1e6, r.replay_bytes.total() / p / 1e3);
+  std::printf("  speedup %.2fx (time), %.2fx fewer bytes; outputs agree: max rel L2 difference %.2e per step (%s, tol %.0e)\n",
+              c / p, r.classic_bytes.total() / r.replay_bytes.total(), r.max_rel, r.max_rel <= tol ? "ok" : "MISMATCH", tol);
+}
+
+int run_mamba2(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
+  const Mamba2Geometry g = find_mamba2_preset(o.model).geo.shard(o.tp);
+  const DType st = parse_dtype(o.state, "--state-dtype"), at = parse_dtype(o.act, "--act-dtype");
+  const int R = o.batch, H = g.heads, P = g.headdim, N = g.dstate, G = g.groups, L = o.ring;
+  Buffer state(st, {R, H, P, N}, dev), ckpt(st, {R, H, P, N}, dev);
+  state.fill_uniform(rng, -0.5, 0.5);
+  ckpt.host() = state.host();
+  ckpt.upload();
+  Buffer x_ring(at, {R, H, L, P}, dev), dt_ring(DType::f32, {R, H, L}, dev), B_ring(at, {R, G, L, N}, dev);
+  Buffer cursor = index_buffer(std::vector<int32_t>(size_t(R), 0), dev);
+  Buffer slots = index_buffer(shuffled_slots(R, rng), dev);
+  Buffer A(DType::f32, {H}, dev), dt_bias(DType::f32, {H}, dev), D(DType::f32, {H}, dev);
+  A.fill_uniform(rng, -8.0, -1.0);
+  dt_bias.fill_uniform(rng, -4.0, -2.0);
+  D.fill_uniform(rng, 0.5, 1.5);
+  constexpr int kSets = 4;  // rotate input sets so steps differ
+  std::vector<Buffer> xs, dts, Bs, Cs;
+  for (int s = 0; s < kSets; ++s) {
+    xs.emplace_back(at, std::vector<int64_t>{R, H, P}, dev);
+    dts.emplace_back(at, std::vector<int64_t>{R, H}, dev);
+    Bs.emplace_back(at, std::vector<int64_t>{R, G, N}, dev);
+    Cs.emplace_back(at, std::vector<int64_t>{R, G, N}, dev);
+    xs.back().fill_uniform(rng, -1, 1);
+    dts.back().fill_uniform(rng, -1, 1.5);
+    Bs.back().fill_uniform(rng, -0.3, 0.3);
+    Cs.back().fill_uniform(rng, -0.3, 0.3);
+  }
+  Buffer out_c(at, {R, H, P}, dev), out_r(at, {R, H, P}, dev);
+  const mamba2::Weights w{A.view(), dt_bias.view(), D.view(), true};
+  Report rep;
+  rep.classic.dev = rep.replay.dev = dev;
+  for (int step = 0; step < o.steps; ++step) {
+    const int s = step % kSets;
+    const mamba2::TokenInputs in{xs[s].view(), dts[s].view(), Bs[s].view(), Cs[s].view(), {}};
+    rep.classic.run([&] { mamba2::decode({g, in, w, state.view(), slots.view(), out_c.view()}); });
+    mamba2::ReplayDecodeArgs ra{g, in, w, {ckpt.view(), x_ring.view(), dt_ring.view(), B_ring.view(), cursor.view()},
+                                slots.view(), out_r.view(),
+                                o.route == "state_and_output" ? mamba2::Route::state_and_output : mamba2::Route::output_only};
+    rep.replay.run([&] {
+      mamba2::replay_decode(ra);
+      advance_cursors(cursor.view(), slots.view(), L);
+    });
+    rep.max_rel = std::max(rep.max_rel, rel_l2(out_r.download(), out_c.download()));
+    progress(o, step);
+  }
+  const DtypePair t{st, at, at};
+  rep.classic_bytes = mamba2_classic_step_bytes(g, R, t);
+  rep.replay_bytes = mamba2_replay_cycle_bytes(g, R, L, t);
+  const double tol = (st == DType::f32 && at == DType::f32) ? 1e-4 : (st == DType::f32 ? 1e-2 : 5e-2);
+  print_report(("Mamba-2 " + std::string(o.model) + " " + g.to_string()).c_str(), o, dev, rep, tol);
+  return rep.max_rel <= tol ? 0 : 1;
+}
+
+int run_gdn(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
+  const GdnGeometry g = find_gdn_preset(o.model).geo.shard(o.tp);
+  const DType st = parse_dtype(o.state, "--state-dtype"), at = parse_dtype(o.act, "--act-dtype");
+  const DType rt = parse_dtype(o.ring_dtype, "--ring-dtype");
+  const int R = o.batch, H = g.k_heads, HV = g.v_heads, K = g.head_k_dim, V = g.head_v_dim, L = o.ring;
+  Buffer state(st, {R, HV, V, K}, dev), ckpt(st, {R, HV, V, K}, dev);
+  state.fill_uniform(rng, -0.2, 0.2);
+  ckpt.host() = state.host();
+  ckpt.upload();
+  Buffer d_ring(rt, {R, HV, L, V}, dev), k_ring(rt, {R, H, L, K}, dev), g_ring(DType::f32, {R, HV, L}, dev);
+  Buffer cursor = index_buffer(std::vector<int32_t>(size_t(R), 0), dev);
+  Buffer slots = index_buffer(shuffled_slots(R, rng), dev);
+  Buffer A_log(DType::f32, {HV}, dev), dt_bias(DType::f32, {HV}, dev);
+  A_log.fill_uniform(rng, -1.0, 1.0);
+  dt_bias.fill_uniform(rng, -2.0, 0.0);
+  constexpr int kSets = 4;
+  std::vector<Buffer> qs, ks, vs, as, bs;
+  for (int s = 0; s < kSets; ++s) {
+    qs.emplace_back(at, std::vector<int64_t>{R, H, K}, dev);
+    ks.emplace_back(at, std::vector<int64_t>{R, H, K}, dev);
+    vs.emplace_back(at, std::vector<int64_t>{R, HV, V}, dev);
+    as.emplace_back(at, std::vector<int64_t>{R, HV}, dev);
+    bs.emplace_back(at, std::vector<int64_t>{R, HV}, dev);
+    qs.back().fill_uniform(rng, -1, 1);
+    ks.back().fill_uniform(rng, -1, 1);
+    vs.back().fill_uniform(rng, -1, 1);
+    as.back().fill_uniform(rng, -2, 2);
+    bs.back().fill_uniform(rng, -2, 2);
+  }
+  Buffer out_c(at, {R, HV, V}, dev), out_r(at, {R, HV, V}, dev);
+  const gdn::Weights w{A_log.view(), dt_bias.view(), 0.f, true};
+  Report rep;
+  rep.classic.dev = rep.replay.dev = dev;
+  for (int step = 0; step < o.steps; ++step) {
+    const int s = step % kSets;
+    const gdn::TokenInputs in{qs[s].view(), ks[s].view(), vs[s].view(), as[s].view(), bs[s].view()};
+    rep.classic.run([&] { gdn::decode({g, in, w, state.view(), slots.view(), out_c.view()}); });
+    gdn::ReplayDecodeArgs ra{g, in, w, {ckpt.view(), d_ring.view(), k_ring.view(), g_ring.view(), cursor.view()},
+                             slots.view(), out_r.view()};
+    rep.replay.run([&] {
+      gdn::replay_decode(ra);
+      advance_cursors(cursor.view(), slots.view(), L);
+    });
+    rep.max_rel = std::max(rep.max_rel, rel_l2(out_r.download(), out_c.download()));
+    progress(o, step);
+  }
+  const DtypePair t{st, at, rt};
+  rep.classic_bytes = gdn_classic_step_bytes(g, R, t);
+  rep.replay_bytes = gdn_replay_cycle_bytes(g, R, L, t);
+  const bool exact = st == DType::f32 && at == DType::f32 && rt == DType::f32;
+  const double tol = exact ? 1e-4 : (st == DType::f32 && rt == DType::f32 ? 1e-2 : 5e-2);
+  print_report(("GDN " + std::string(o.model) + " " + g.to_string()).c_str(), o, dev, rep, tol);
+  return rep.max_rel <= tol ? 0 : 1;
+}
+
+}  // namespace
+
+void register_demo(CLI::App& app) {
+  auto o = std::make_shared<DemoOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "demo", "Decode a real layer geometry with the classic step and with ReplaySSM, check the outputs agree, and "
+              "report time and state traffic per step");
+  std::string models;
+  for (const auto& p : mamba2_presets()) models += std::string(models.empty() ? "" : ", ") + std::string(p.name);
+  for (const auto& p : gdn_presets()) models += ", " + std::string(p.name);
+  cmd->add_option("--model", o->model, "Layer geometry: " + models)->capture_default_str();
+  cmd->add_option("--batch", o->batch, "Requests decoded together (rows)")->capture_default_str()->check(CLI::Range(1, 4096));
+  cmd->add_option("--steps", o->steps, "Decode steps")->capture_default_str()->check(CLI::Range(1, 1000000));
+  cmd->add_option("--ring", o->ring, "ReplaySSM ring length L (a flush every L steps)")->capture_default_str()->check(CLI::Range(1, 64));
+  cmd->add_option("--tp", o->tp, "Tensor-parallel degree: decode one rank's shard of the layer")->capture_default_str();
+  cmd->add_option("--state-dtype", o->state, "State dtype: float32, bfloat16, float16")->capture_default_str();
+  cmd->add_option("--act-dtype", o->act, "Activation dtype: float32, bfloat16, float16")->capture_default_str();
+  cmd->add_option("--ring-dtype", o->ring_dtype, "GDN only: dtype of the d/k rings (float32 or the activation dtype)")->capture_default_str();
+  cmd->add_option("--route", o->route, "Mamba-2 ReplaySSM route: output_only or state_and_output")
+      ->capture_default_str()->check(CLI::IsMember({"output_only", "state_and_output"}));
+  cmd->add_option("--backend", o->backend, "auto (CUDA when a GPU is present, else CPU), cpu or cuda")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Random seed of the inputs")->capture_default_str();
+  cmd->add_flag("--quiet", o->quiet, "No progress line");
+  cmd->callback([o] {
+    Device dev = Device::cpu();
+    if (o->backend == "cuda" || (o->backend == "auto" && cuda_device_count() > 0)) {
+      if (cuda_device_count() == 0) throw Error("--backend", "cuda was asked for, but no CUDA device is available in this build");
+      dev = Device::cuda(0);
+    }
+#if defined(_OPENMP)
+    if (o->threads > 0) omp_set_num_threads(o->threads);
+#endif
+    std::mt19937_64 rng(o->seed);
+    bool is_mamba2 = false;
+    for (const auto& p : mamba2_presets()) is_mamba2 |= (p.name == o->model);
+    const int rc = is_mamba2 ? run_mamba2(*o, dev, rng) : run_gdn(*o, dev, rng);
+    if (rc) throw Error("demo", "ReplaySSM and classic outputs disagree beyond the tolerance");
+  });
+}
+
+}  // namespace replayssm::tools
