@@ -80,6 +80,22 @@ void require_unit_stride(const TensorView& t, const char* name) {
     throw Error(name, "must be contiguous (stride 1), got strides " + t.stride_string());
 }
 
+using CudaCursorOp = void (*)(const CursorParams&, Stream);
+#if defined(REPLAYSSM_WITH_CUDA)
+constexpr CudaCursorOp kCudaAdvance = cuda::cursor_advance, kCudaCommit = cuda::cursor_commit,
+                       kCudaReset = cuda::cursor_reset;
+#else
+constexpr CudaCursorOp kCudaAdvance = nullptr, kCudaCommit = nullptr, kCudaReset = nullptr;
+#endif
+
+// Runs the CUDA op when the cursors live on a GPU (true), or leaves them to the CPU path (false).
+bool ran_on_cuda(const TensorView& cursor, CudaCursorOp op, const CursorParams& p, Stream stream) {
+  if (cursor.device.type != DeviceType::cuda) return false;
+  if (!op) throw Error("cursor", "is on a CUDA device but this build has no CUDA support");
+  op(p, stream);
+  return true;
+}
+
 }  // namespace
 
 void advance_cursors(TensorView cursor, TensorView slot_idx, int ring_len, Stream stream) {
@@ -92,16 +108,9 @@ void advance_cursors(TensorView cursor, TensorView slot_idx, int ring_len, Strea
     for (int32_t s : *slots)
       if (s >= 0) detail::check_range("cursor", (*cur)[size_t(s)], 0, ring_len, ("cursor[" + std::to_string(s) + "]").c_str());
 
-  [[maybe_unused]] CursorParams p = make_params(cursor, slot_idx, 1);
+  CursorParams p = make_params(cursor, slot_idx, 1);
   p.ring_len = ring_len;
-  if (cursor.device.type == DeviceType::cuda) {
-#if defined(REPLAYSSM_WITH_CUDA)
-    cuda::cursor_advance(p, stream);
-    return;
-#else
-    throw Error("cursor", "is on a CUDA device but this build has no CUDA support");
-#endif
-  }
+  if (ran_on_cuda(cursor, kCudaAdvance, p, stream)) return;
   for (int64_t i = 0; i < a.rows; ++i) {
     const int32_t s = (*slots)[size_t(i)];
     if (s < 0) continue;
@@ -145,20 +154,13 @@ void commit_cursors(TensorView cursor, TensorView slot_idx, TensorView num_accep
     }
   }
 
-  [[maybe_unused]] CursorParams p = make_params(cursor, slot_idx, 2);
+  CursorParams p = make_params(cursor, slot_idx, 2);
   p.num_accepted = static_cast<const int32_t*>(num_accepted.data);
   p.query_start_loc = static_cast<const int32_t*>(query_start_loc.data);
   p.ring_len = R;
   p.history = spec.history;
   p.window = spec.window;
-  if (cursor.device.type == DeviceType::cuda) {
-#if defined(REPLAYSSM_WITH_CUDA)
-    cuda::cursor_commit(p, stream);
-    return;
-#else
-    throw Error("cursor", "is on a CUDA device but this build has no CUDA support");
-#endif
-  }
+  if (ran_on_cuda(cursor, kCudaCommit, p, stream)) return;
   for (int64_t i = 0; i < a.rows; ++i) {
     const int32_t s = (*slots)[size_t(i)];
     if (s < 0) continue;
@@ -182,15 +184,8 @@ void reset_cursors(TensorView cursor, TensorView slot_idx, Stream stream) {
   const CursorArgs a = check_cursor_and_slots(cursor, slot_idx, columns);
   require_unit_stride(slot_idx, "slot_idx");
   auto slots = check_slots(slot_idx, a.slots, stream);
-  [[maybe_unused]] CursorParams p = make_params(cursor, slot_idx, columns);
-  if (cursor.device.type == DeviceType::cuda) {
-#if defined(REPLAYSSM_WITH_CUDA)
-    cuda::cursor_reset(p, stream);
-    return;
-#else
-    throw Error("cursor", "is on a CUDA device but this build has no CUDA support");
-#endif
-  }
+  CursorParams p = make_params(cursor, slot_idx, columns);
+  if (ran_on_cuda(cursor, kCudaReset, p, stream)) return;
   for (int32_t s : *slots)
     if (s >= 0)
       for (int c = 0; c < columns; ++c) cell(cursor, s, c) = 0;

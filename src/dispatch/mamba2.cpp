@@ -22,10 +22,6 @@ namespace {
 
 constexpr int kMaxRing = 64;
 
-[[noreturn, maybe_unused]] void no_cuda_yet(const char* op) {
-  throw Error("device", std::string(op) + " is not available on CUDA yet (issue 5); run it on CPU tensors");
-}
-
 // The ring tensors of either cache kind: [slots, H, R, P], [slots, H, R], [slots, G, R, N].
 void check_rings(const Mamba2Geometry& geo, const TensorView& x_ring, const TensorView& dt_ring,
                  const TensorView& B_ring, DType act, Device dev, int64_t slots, int64_t R) {
