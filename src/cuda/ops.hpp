@@ -2,6 +2,7 @@
 // types), so the dispatch layer compiles with the host compiler. Each is defined in its own .cu
 // file under src/cuda/, beside its kernel. Only declared here when the build has CUDA.
 #pragma once
+#include "params/gdn_params.hpp"
 #include "params/mamba2_params.hpp"
 #include "replayssm/tensor.hpp"
 
@@ -14,5 +15,11 @@ void cursor_commit(const CursorParams& p, Stream stream);
 void cursor_reset(const CursorParams& p, Stream stream);
 void mamba2_spec_verify(const Mamba2VerifyParams& p, Stream stream);       // mamba2_spec_verify.cu
 void mamba2_classic_spec(const Mamba2ClassicSpecParams& p, Stream stream);  // mamba2_classic_spec.cu
+
+// Gated DeltaNet (issue 6); head_k_dim, head_v_dim in {64, 128} (checked in src/dispatch/gdn.cpp).
+void gdn_decode(const GdnStepParams& p, Stream stream);             // gdn_decode.cu
+void gdn_replay_decode(const GdnReplayParams& p, Stream stream);    // gdn_replay_decode.cu
+void gdn_spec_verify(const GdnVerifyParams& p, Stream stream);      // gdn_spec_verify.cu
+void gdn_classic_spec(const GdnClassicSpecParams& p, Stream stream);  // gdn_classic_spec.cu
 
 }  // namespace replayssm::cuda

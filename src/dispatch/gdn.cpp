@@ -4,12 +4,17 @@
 #include "replayssm/gdn.hpp"
 
 #include <cmath>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/check.hpp"
 #include "core/host_read.hpp"
 #include "cpu/gdn_ops.hpp"
+#if defined(REPLAYSSM_WITH_CUDA)
+#include "cuda/ops.hpp"
+#endif
 #include "params/gdn_params.hpp"
 
 namespace replayssm::gdn {
@@ -112,14 +117,40 @@ void check_query_start_loc(const TensorView& qsl, const Checked& c, int64_t rows
   if (rows + 1 > 1 && qsl.stride[0] != 1) a.fail("must be contiguous (stride 1), got strides " + qsl.stride_string());
 }
 
-void reject_cuda(const Checked& c) {
-  if (c.dev.type == DeviceType::cuda)
-    throw Error("device", "Gated DeltaNet is not available on CUDA yet (issue 6); tensors are on " + to_string(c.dev));
+// CUDA limits (checked before anything is launched): K, V in {64, 128}, 16-bit or 32-bit
+// activations, 16-byte aligned state rows (the kernels use 16-byte state accesses).
+void check_cuda_limits(const Checked& c, const GdnGeometry& geo, const TensorView& state, const char* state_name) {
+  if (c.dev.type != DeviceType::cuda) return;
+#if !defined(REPLAYSSM_WITH_CUDA)
+  throw Error("device", std::string(state_name) + ": this build has no CUDA kernels; tensors are on " + to_string(c.dev));
+#endif
+  if (c.act == DType::f64) throw Error("in.q", "float64 activations are CPU-only; the CUDA kernels take float32, bfloat16, float16");
+  for (int64_t d : {int64_t(geo.head_k_dim), int64_t(geo.head_v_dim)})
+    if (d != 64 && d != 128)
+      throw Error("geo", "the CUDA kernels support head_k_dim and head_v_dim in {64, 128}, got head_k_dim " +
+                             str(geo.head_k_dim) + ", head_v_dim " + str(geo.head_v_dim));
+  const int64_t es = dtype_size(state.dtype);
+  if (reinterpret_cast<uintptr_t>(state.data) % 16 != 0 || (state.stride[0] * es) % 16 != 0)
+    throw Error(state_name, "the CUDA kernels need a 16-byte aligned base and slot stride, got slot stride " +
+                                str(state.stride[0]) + " elements");
+}
+
+// True when the op runs on CUDA; throws if this build has no CUDA kernels.
+bool on_cuda(const Checked& c, const char* op) {
+  (void)op;
+  if (c.dev.type != DeviceType::cuda) return false;
+#if !defined(REPLAYSSM_WITH_CUDA)
+  throw Error("device", std::string("gdn::") + op + ": this build has no CUDA kernels; tensors are on " + to_string(c.dev));
+#endif
+  return true;
 }
 
 // Live slots in range and unique; returns the host copy.
-std::vector<int32_t> read_slots(const TensorView& slot_idx, int64_t slots, Stream stream) {
+// nullopt when the index tensors cannot be read on the host (CUDA tensors with device validation
+// off, or a capturing stream): the host range checks are then skipped, as in the Mamba-2 ops.
+std::optional<std::vector<int32_t>> read_slots(const TensorView& slot_idx, int64_t slots, Stream stream) {
   auto v = detail::read_int32(slot_idx, stream);
+  if (!v) return std::nullopt;
   std::vector<char> seen(size_t(slots), 0);
   for (size_t i = 0; i < v->size(); ++i) {
     const int32_t s = (*v)[i];
@@ -128,7 +159,7 @@ std::vector<int32_t> read_slots(const TensorView& slot_idx, int64_t slots, Strea
     if (seen[size_t(s)]) throw Error("slot_idx", "slot " + str(s) + " appears twice (row " + str(int64_t(i)) + ")");
     seen[size_t(s)] = 1;
   }
-  return *v;
+  return v;
 }
 
 std::vector<int32_t> read_qsl(const TensorView& qsl, int64_t tokens, int window, Stream stream) {
@@ -183,10 +214,17 @@ GdnRingParams make_ring(const TensorView& d, const TensorView& k, const TensorVi
 void decode(const DecodeArgs& a, Stream stream) {
   const Checked c = check_common(a.geo, a.in, a.w, a.out, a.slot_idx, -1, true);
   check_state("state", a.state, a.geo, c, -1);
-  reject_cuda(c);
+  check_cuda_limits(c, a.geo, a.state, "state");
   read_slots(a.slot_idx, a.state.shape[0], stream);
   if (c.rows == 0) return;
-  cpu::gdn_decode(make_step(a.geo, a.in, a.w, a.state, a.slot_idx, a.out, c));
+  const GdnStepParams p = make_step(a.geo, a.in, a.w, a.state, a.slot_idx, a.out, c);
+  if (on_cuda(c, "decode")) {
+#if defined(REPLAYSSM_WITH_CUDA)
+    cuda::gdn_decode(p, stream);
+#endif
+    return;
+  }
+  cpu::gdn_decode(p);
 }
 
 void replay_decode(const ReplayDecodeArgs& a, Stream stream) {
@@ -194,15 +232,24 @@ void replay_decode(const ReplayDecodeArgs& a, Stream stream) {
   check_state("cache.checkpoint", a.cache.checkpoint, a.geo, c, -1);
   const int64_t slots = a.cache.checkpoint.shape[0];
   const int L = check_rings(a.cache.d_ring, a.cache.k_ring, a.cache.g_ring, a.cache.cursor, a.geo, c, slots, -1, 1);
-  reject_cuda(c);
-  const std::vector<int32_t> sl = read_slots(a.slot_idx, slots, stream);
-  const std::vector<int32_t> cur = *detail::read_int32(a.cache.cursor, stream);
-  for (int32_t s : sl)
-    if (s >= 0) detail::check_range("cache.cursor", cur[size_t(s)], 0, L, ("cursor[" + str(s) + "] (0 <= w < ring length)").c_str());
+  check_cuda_limits(c, a.geo, a.cache.checkpoint, "cache.checkpoint");
+  if (c.dev.type == DeviceType::cuda && L > 32)
+    throw Error("cache.d_ring", "the CUDA kernels support ring lengths 1..32, got " + str(L));
+  if (const auto sl = read_slots(a.slot_idx, slots, stream)) {
+    const std::vector<int32_t> cur = *detail::read_int32(a.cache.cursor, stream);
+    for (int32_t s : *sl)
+      if (s >= 0) detail::check_range("cache.cursor", cur[size_t(s)], 0, L, ("cursor[" + str(s) + "] (0 <= w < ring length)").c_str());
+  }
   if (c.rows == 0) return;
   GdnReplayParams p;
   p.step = make_step(a.geo, a.in, a.w, a.cache.checkpoint, a.slot_idx, a.out, c);
   p.ring = make_ring(a.cache.d_ring, a.cache.k_ring, a.cache.g_ring, a.cache.cursor, L);
+  if (on_cuda(c, "replay_decode")) {
+#if defined(REPLAYSSM_WITH_CUDA)
+    cuda::gdn_replay_decode(p, stream);
+#endif
+    return;
+  }
   cpu::gdn_replay_decode(p);
 }
 
@@ -214,14 +261,18 @@ void spec_verify(const VerifyArgs& a, Stream stream) {
   const int R = a.spec.ring_len();
   check_rings(a.cache.d_ring, a.cache.k_ring, a.cache.g_ring, a.cache.cursor, a.geo, c, slots, R, 2);
   check_query_start_loc(a.query_start_loc, c, c.rows);
-  reject_cuda(c);
-  const std::vector<int32_t> sl = read_slots(a.slot_idx, slots, stream);
-  read_qsl(a.query_start_loc, c.tokens, a.spec.window, stream);
-  const std::vector<int32_t> cur = *detail::read_int32(a.cache.cursor, stream);
-  for (int32_t s : sl) {
-    if (s < 0) continue;
-    detail::check_range("cache.cursor", cur[size_t(s) * 2], 0, a.spec.history + 1, ("cursor[" + str(s) + "].w (0 <= w <= history)").c_str());
-    detail::check_range("cache.cursor", cur[size_t(s) * 2 + 1], 0, R, ("cursor[" + str(s) + "].origin (0 <= origin < ring)").c_str());
+  check_cuda_limits(c, a.geo, a.cache.checkpoint, "cache.checkpoint");
+  if (c.dev.type == DeviceType::cuda && (a.spec.window > 8 || R > 32))
+    throw Error("spec", "the CUDA kernels support window <= 8 and history + window <= 32, got history " +
+                            str(a.spec.history) + ", window " + str(a.spec.window));
+  if (const auto sl = read_slots(a.slot_idx, slots, stream)) {
+    read_qsl(a.query_start_loc, c.tokens, a.spec.window, stream);
+    const std::vector<int32_t> cur = *detail::read_int32(a.cache.cursor, stream);
+    for (int32_t s : *sl) {
+      if (s < 0) continue;
+      detail::check_range("cache.cursor", cur[size_t(s) * 2], 0, a.spec.history + 1, ("cursor[" + str(s) + "].w (0 <= w <= history)").c_str());
+      detail::check_range("cache.cursor", cur[size_t(s) * 2 + 1], 0, R, ("cursor[" + str(s) + "].origin (0 <= origin < ring)").c_str());
+    }
   }
   if (c.rows == 0) return;
   GdnVerifyParams p;
@@ -230,6 +281,12 @@ void spec_verify(const VerifyArgs& a, Stream stream) {
   p.query_start_loc = static_cast<const int32_t*>(a.query_start_loc.data);
   p.history = a.spec.history;
   p.window = a.spec.window;
+  if (on_cuda(c, "spec_verify")) {
+#if defined(REPLAYSSM_WITH_CUDA)
+    cuda::gdn_spec_verify(p, stream);
+#endif
+    return;
+  }
   cpu::gdn_spec_verify(p);
 }
 
@@ -247,30 +304,34 @@ void classic_spec_decode(const ClassicSpecArgs& a, Stream stream) {
   const int64_t slots = a.state.shape[0];
   Arg("num_accepted", a.num_accepted).required().nonnegative_strides().device(c.dev).dtype(DType::i32).shape({{c.rows, "rows"}});
   check_query_start_loc(a.query_start_loc, c, c.rows);
-  reject_cuda(c);
-  const std::vector<int32_t> ids = *detail::read_int32(a.state_indices, stream);
-  const std::vector<int32_t> acc = *detail::read_int32(a.num_accepted, stream);
-  const std::vector<int32_t> qsl = read_qsl(a.query_start_loc, c.tokens, a.window, stream);
-  std::vector<int64_t> owner(size_t(slots), -1);  // live slot -> row that reads or writes it
-  auto claim = [&](int64_t row, int32_t s, const std::string& where) {
-    detail::check_range("state_indices", s, 0, slots, where.c_str());
-    if (owner[size_t(s)] >= 0 && owner[size_t(s)] != row)
-      throw Error("state_indices", "slot " + str(s) + " is used by rows " + str(owner[size_t(s)]) + " and " + str(row));
-    owner[size_t(s)] = row;
-  };
-  for (int64_t i = 0; i < c.rows; ++i) {
-    const int32_t* row = &ids[size_t(i * a.window)];
-    if (row[0] < 0) continue;
-    const int32_t k = acc[size_t(i)];
-    if (k < 1 || k > a.window)
-      throw Error("num_accepted", "row " + str(i) + " accepted " + str(k) + " tokens, expected 1.." + str(a.window));
-    claim(i, row[k - 1], "state_indices[" + str(i) + "][" + str(k - 1) + "] (the start state)");
-    const int n = qsl[size_t(i + 1)] - qsl[size_t(i)];
-    for (int t = 0; t < n; ++t) {
-      if (row[t] < 0) continue;
-      for (int u = 0; u < t; ++u)
-        if (row[u] == row[t]) throw Error("state_indices", "row " + str(i) + " writes slot " + str(row[t]) + " twice");
-      claim(i, row[t], "state_indices[" + str(i) + "][" + str(t) + "]");
+  check_cuda_limits(c, a.geo, a.state, "state");
+  if (c.dev.type == DeviceType::cuda && a.window > 8)
+    throw Error("window", "the CUDA kernels support windows 1..8, got " + str(a.window));
+  if (const auto ids_opt = detail::read_int32(a.state_indices, stream)) {
+    const std::vector<int32_t>& ids = *ids_opt;
+    const std::vector<int32_t> acc = *detail::read_int32(a.num_accepted, stream);
+    const std::vector<int32_t> qsl = read_qsl(a.query_start_loc, c.tokens, a.window, stream);
+    std::vector<int64_t> owner(size_t(slots), -1);  // live slot -> row that reads or writes it
+    auto claim = [&](int64_t row, int32_t s, const std::string& where) {
+      detail::check_range("state_indices", s, 0, slots, where.c_str());
+      if (owner[size_t(s)] >= 0 && owner[size_t(s)] != row)
+        throw Error("state_indices", "slot " + str(s) + " is used by rows " + str(owner[size_t(s)]) + " and " + str(row));
+      owner[size_t(s)] = row;
+    };
+    for (int64_t i = 0; i < c.rows; ++i) {
+      const int32_t* row = &ids[size_t(i * a.window)];
+      if (row[0] < 0) continue;
+      const int32_t k = acc[size_t(i)];
+      if (k < 1 || k > a.window)
+        throw Error("num_accepted", "row " + str(i) + " accepted " + str(k) + " tokens, expected 1.." + str(a.window));
+      claim(i, row[k - 1], "state_indices[" + str(i) + "][" + str(k - 1) + "] (the start state)");
+      const int n = qsl[size_t(i + 1)] - qsl[size_t(i)];
+      for (int t = 0; t < n; ++t) {
+        if (row[t] < 0) continue;
+        for (int u = 0; u < t; ++u)
+          if (row[u] == row[t]) throw Error("state_indices", "row " + str(i) + " writes slot " + str(row[t]) + " twice");
+        claim(i, row[t], "state_indices[" + str(i) + "][" + str(t) + "]");
+      }
     }
   }
   if (c.rows == 0) return;
@@ -283,6 +344,12 @@ void classic_spec_decode(const ClassicSpecArgs& a, Stream stream) {
   p.na_stride = a.num_accepted.stride[0];
   p.query_start_loc = static_cast<const int32_t*>(a.query_start_loc.data);
   p.window = a.window;
+  if (on_cuda(c, "classic_spec_decode")) {
+#if defined(REPLAYSSM_WITH_CUDA)
+    cuda::gdn_classic_spec(p, stream);
+#endif
+    return;
+  }
   cpu::gdn_classic_spec(p);
 }
 

@@ -8,5 +8,6 @@ void register_demo(CLI::App& app);   // demo.cpp: baseline vs ReplaySSM decode o
 void register_bench(CLI::App& app);  // bench.cpp: kernel benchmark matrix (CUDA)
 void register_plan(CLI::App& app);   // plan.cpp: memory planner (how many requests fit)
 void register_bench_spec(CLI::App& app);  // bench_spec.cpp: speculative verify benchmark (CUDA)
+void register_bench_gdn(CLI::App& app);   // bench_gdn.cpp: Gated DeltaNet decode benchmark (CUDA)
 
 }  // namespace replayssm::tools

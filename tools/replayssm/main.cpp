@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   replayssm::tools::register_bench(app);
   replayssm::tools::register_plan(app);
   replayssm::tools::register_bench_spec(app);
+  replayssm::tools::register_bench_gdn(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,633 @@
+// CUDA Gated DeltaNet ops (issue 6) against the CPU backend (same public API on host copies, run
+// side by side) and the float64 reference (tests/support/gdn_* truth with the rounding points
+// emulated): classic step, ReplaySSM standard decode (append + flush), speculative verify + commit,
+// classic speculative path; paged slots, padding rows, shuffled ids, graph capture, teeth, rejects.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "device_tensor.hpp"
+#include "replayssm/backend.hpp"
+#include "replayssm/error.hpp"
+#include "support/gdn_harness.hpp"
+#include "support/gdn_streams.hpp"
+
+namespace replayssm::test {
+namespace {
+
+using namespace replayssm::test::gdn;
+namespace G = replayssm::gdn;
+namespace ref = replayssm::reference::gdn;
+
+bool have_gpu() { return cuda_device_count() > 0; }
+#define NEED_GPU() \
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
+
+const DType kF[3] = {DType::f32, DType::bf16, DType::f16};
+std::string dn(DType t) { return std::string(dtype_name(t)); }
+
+// A host tensor with a device twin.
+struct Mir {
+  HostTensor h;
+  DeviceTensor d;
+  explicit Mir(HostTensor x) : h(std::move(x)), d(h) {}
+  void up() { d.upload(h); }
+  void down() { d.download(h); }
+};
+// The device view matching a (sub-)view of host tensor h.
+TensorView dview(const TensorView& hv, const HostTensor& h, const DeviceTensor& d) {
+  TensorView v = hv;
+  v.data = static_cast<char*>(d.data()) + (static_cast<const uint8_t*>(hv.data) - h.bytes().data());
+  v.device = Device::cuda(0);
+  return v;
+}
+
+struct DevTokens {
+  Tokens t;
+  DeviceTensor qkv, a, b;
+  explicit DevTokens(Tokens x) : t(std::move(x)), qkv(t.qkv), a(t.a), b(t.b) {}
+  G::TokenInputs view() const {
+    const G::TokenInputs h = t.view();
+    return {dview(h.q, t.qkv, qkv), dview(h.k, t.qkv, qkv), dview(h.v, t.qkv, qkv), dview(h.a, t.a, a), dview(h.b, t.b, b)};
+  }
+};
+
+struct DevWeights {
+  Weights w;
+  DeviceTensor A, dt;
+  explicit DevWeights(Weights x) : w(std::move(x)), A(w.A_log), dt(w.dt_bias) {}
+  G::Weights view() const {
+    G::Weights v = w.view();
+    v.A_log = A.view();
+    v.dt_bias = dt.view();
+    return v;
+  }
+};
+
+struct DevCaches {
+  std::unique_ptr<Mir> ck, d, k, g, cur;
+  explicit DevCaches(const ReplayCaches& c)
+      : ck(new Mir(c.checkpoint)), d(new Mir(c.d_ring)), k(new Mir(c.k_ring)), g(new Mir(c.g_ring)), cur(new Mir(c.cursor)) {}
+  G::ReplayCache view() const { return {ck->d.view(), d->d.view(), k->d.view(), g->d.view(), cur->d.view()}; }
+  G::SpecCache spec_view() const { return {ck->d.view(), d->d.view(), k->d.view(), g->d.view(), cur->d.view()}; }
+  void down() { ck->down(); d->down(); k->down(); g->down(); cur->down(); }
+  void up() { ck->up(); d->up(); k->up(); g->up(); cur->up(); }
+};
+
+// Element-wise closeness of two tensors holding NaN poison in the same places.
+double nan_aware_err(const HostTensor& a, const HostTensor& b) {
+  const auto x = a.to_f64(), y = b.to_f64();
+  std::vector<double> xs, ys;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) && std::isnan(y[i])) continue;
+    xs.push_back(x[i]);
+    ys.push_back(y[i]);
+  }
+  return max_err(xs, ys);
+}
+
+double out_tol(DType state, DType act, DType ring) {  // as tests/cpu/test_gdn_replay.cpp
+  double t = 2e-5 + 1.5 * unit_roundoff(act);
+  if (is_float16ish(state)) t += 4 * unit_roundoff(state);
+  if (is_float16ish(ring)) t += 2 * unit_roundoff(ring);
+  return t;
+}
+double state_tol(DType state, DType ring) {
+  double t = 2e-5 + 4 * unit_roundoff(state);
+  if (is_float16ish(ring)) t += 2 * unit_roundoff(ring);
+  return t;
+}
+
+bool pad_untouched(const HostTensor& out, const std::vector<int32_t>& ids, double sentinel = 7.0) {
+  for (size_t r = 0; r < ids.size(); ++r)
+    if (ids[r] < 0)
+      for (double v : slot_values(out, int(r)))
+        if (v != sentinel) return false;
+  return true;
+}
+
+struct Cfg {
+  GdnGeometry geo{2, 4, 128, 128};
+  DType sd = DType::f32, ad = DType::bf16, rd = DType::f32;
+  int L = 16;
+  SpecConfig spec{16, 4};
+  std::vector<int32_t> ids{5, -1, 2, 7, 0};  // shuffled, one padding row
+  int64_t slots = 9;
+  int steps = 20;
+  uint64_t seed = 1;
+  bool with_cpu = true;
+};
+
+struct Stats {
+  double out_ref = 0, out_cpu = 0, ck_ref = 0, ck_cpu = 0, rings_cpu = 0, first = 0, last = 0;
+  int flushes = 0;
+  bool pads_ok = true, cursors_eq = true;
+};
+
+std::vector<int> live_rows(const std::vector<int32_t>& ids) {
+  std::vector<int> v;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] >= 0) v.push_back(int(i));
+  return v;
+}
+HostTensor masked(const std::vector<int32_t>& ids, const std::vector<char>& keep) {
+  std::vector<int32_t> m(ids.size(), -1);
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (keep[i]) m[i] = ids[i];
+  return i32(m);
+}
+
+using Hook = std::function<void(int step, DevCaches&)>;
+
+// ReplaySSM standard decode stream on the GPU, the CPU backend alongside, the float64 truth.
+Stats replay_stream(const Cfg& c, const Hook& before_step = {}) {
+  std::mt19937_64 rng(c.seed);
+  DevWeights w(make_weights(c.geo, rng));
+  ReplayCaches cpu = make_caches(c.geo, c.sd, c.rd, c.slots, c.L, 1, rng);
+  DevCaches gpu(cpu);
+  HostTensor truth = to_f64_pool(cpu.checkpoint);
+  HostTensor sidx = i32(c.ids);
+  DeviceTensor dsidx(sidx);
+  const auto live = live_rows(c.ids);
+  const int64_t rows = int64_t(c.ids.size());
+  Stats st;
+  for (int step = 0; step < c.steps; ++step) {
+    if (before_step) before_step(step, gpu);
+    DevTokens tok(make_tokens(c.geo, c.ad, rows, rng));
+    HostTensor out_cpu = make_out(c.geo, c.ad, rows);
+    Mir out_gpu(make_out(c.geo, c.ad, rows));
+    std::vector<char> fl(size_t(rows), 0), ap(size_t(rows), 0);
+    for (int r : live) (int(cpu.cursor.at({c.ids[size_t(r)]})) == c.L - 1 ? fl : ap)[size_t(r)] = 1;
+    if (c.with_cpu) G::replay_decode({c.geo, tok.t.view(), w.w.view(), cpu.view(), sidx.view(), out_cpu.view()});
+    G::replay_decode({c.geo, tok.view(), w.view(), gpu.view(), dsidx.view(), out_gpu.d.view()});
+    out_gpu.down();
+    HostTensor ref_out = make_out(c.geo, DType::f64, rows);
+    HostTensor app = masked(c.ids, ap), fls = masked(c.ids, fl);
+    ref::RefArgs ra = ref_args(c.geo, tok.t.view(), w.w, truth, app, ref_out);
+    ra.update_round = c.rd;
+    ref::decode_step(ra);
+    ra.slot_idx = fls.view();
+    ra.update_round = DType::f64;
+    ref::decode_step(ra);
+    const auto got = rows_values(out_gpu.h, live);
+    const double e = max_err(got, rows_values(ref_out, live));
+    st.out_ref = std::max(st.out_ref, e);
+    if (step < c.steps / 8 + 1) st.first = std::max(st.first, e);
+    if (step >= c.steps - c.steps / 8 - 1) st.last = std::max(st.last, e);
+    if (c.with_cpu) st.out_cpu = std::max(st.out_cpu, max_err(got, rows_values(out_cpu, live)));
+    st.pads_ok = st.pads_ok && pad_untouched(out_gpu.h, c.ids);
+    bool any_flush = false;
+    for (int r : live) any_flush |= fl[size_t(r)] != 0;
+    if (any_flush) {
+      gpu.ck->down();
+      for (int r : live)
+        if (fl[size_t(r)]) {
+          const int s = c.ids[size_t(r)];
+          round_slot(truth, s, c.sd);
+          st.ck_ref = std::max(st.ck_ref, max_err(slot_values(gpu.ck->h, s), slot_values(truth, s)));
+          if (c.with_cpu) st.ck_cpu = std::max(st.ck_cpu, max_err(slot_values(gpu.ck->h, s), slot_values(cpu.checkpoint, s)));
+          ++st.flushes;
+        }
+    }
+    advance_cursors(cpu.cursor.view(), sidx.view(), c.L);
+    advance_cursors(gpu.cur->d.view(), dsidx.view(), c.L);
+  }
+  gpu.down();
+  if (c.with_cpu) {
+    st.rings_cpu = std::max({nan_aware_err(gpu.d->h, cpu.d_ring), nan_aware_err(gpu.k->h, cpu.k_ring),
+                             nan_aware_err(gpu.g->h, cpu.g_ring)});
+    st.cursors_eq = gpu.cur->h.bytes() == cpu.cursor.bytes();
+  }
+  return st;
+}
+
+void expect_replay(const Cfg& c, const char* what) {
+  const Stats s = replay_stream(c);
+  const double ot = out_tol(c.sd, c.ad, c.rd), stt = state_tol(c.sd, c.rd);
+  std::printf("  [replay %s %s/%s ring %s L=%d %s] out %.2e (cpu %.2e, tol %.1e) ckpt %.2e (cpu %.2e) rings %.2e flushes %d\n",
+              what, dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(), c.L, c.geo.to_string().c_str(), s.out_ref,
+              s.out_cpu, ot, s.ck_ref, s.ck_cpu, s.rings_cpu, s.flushes);
+  EXPECT_TRUE(s.pads_ok) << "padding row output written";
+  EXPECT_LE(s.out_ref, 2 * ot);
+  EXPECT_LE(s.ck_ref, 2 * stt);
+  if (c.with_cpu) {
+    EXPECT_LE(s.out_cpu, 2 * ot);
+    EXPECT_LE(s.ck_cpu, 2 * stt);
+    EXPECT_LE(s.rings_cpu, 2 * ot);
+    EXPECT_TRUE(s.cursors_eq);
+  }
+}
+
+TEST(CudaGdnReplay, AllDtypePairsBothRingDtypes) {
+  NEED_GPU();
+  for (DType sd : kF)
+    for (DType ad : kF)
+      for (DType rd : {DType::f32, ad}) {
+        if (rd == DType::f32 && ad == DType::f32 && sd != DType::f32) continue;  // covered by (f32, f32)
+        Cfg c;
+        c.sd = sd; c.ad = ad; c.rd = rd; c.L = 8; c.steps = 19; c.geo = {2, 4, 128, 64};
+        c.seed = 10 + int(sd) * 9 + int(ad) * 3 + int(rd);
+        SCOPED_TRACE(dn(sd) + "/" + dn(ad) + " ring " + dn(rd));
+        expect_replay(c, "pairs");
+      }
+}
+
+TEST(CudaGdnReplay, RingLengths) {
+  NEED_GPU();
+  for (int L : {1, 8, 16, 32})
+    for (DType rd : {DType::f32, DType::bf16}) {
+      Cfg c;
+      c.L = L; c.rd = rd; c.steps = L + 4; c.seed = 100 + L;
+      c.geo = {2, 4, 64, 128};
+      SCOPED_TRACE("L=" + std::to_string(L));
+      expect_replay(c, "L");
+    }
+}
+
+TEST(CudaGdnReplay, ProductionGeometriesAndShards) {
+  NEED_GPU();
+  for (const auto& pr : gdn_presets())
+    for (int tp : {1, 4}) {
+      Cfg c;
+      c.geo = pr.geo.shard(tp); c.L = 8; c.steps = 10; c.seed = 300 + tp;
+      c.ids = {3, 1, -1, 0};
+      c.slots = 4;
+      c.sd = DType::f32; c.ad = DType::bf16; c.rd = DType::f32;
+      SCOPED_TRACE(c.geo.to_string());
+      expect_replay(c, std::string(pr.name).c_str());
+    }
+}
+
+TEST(CudaGdnReplay, LongDecodeBoundedError) {
+  NEED_GPU();
+  for (DType sd : {DType::f32, DType::bf16}) {
+    Cfg c;
+    c.sd = sd; c.ad = DType::bf16; c.rd = DType::bf16; c.L = 16; c.steps = 2048; c.seed = 900 + int(sd);
+    c.geo = {1, 2, 128, 64}; c.ids = {2, -1, 0}; c.slots = 3; c.with_cpu = false;
+    const Stats s = replay_stream(c);
+    const double ot = out_tol(c.sd, c.ad, c.rd);
+    std::printf("  long decode %s: first %.2e last %.2e max %.2e (tol %.1e) ckpt %.2e flushes %d\n", dn(sd).c_str(), s.first,
+                s.last, s.out_ref, ot, s.ck_ref, s.flushes);
+    EXPECT_LE(s.out_ref, 2 * ot);
+    EXPECT_LE(s.last, std::max(2 * s.first, 0.5 * ot));
+    EXPECT_LE(s.ck_ref, 2 * state_tol(c.sd, c.rd));
+  }
+}
+
+// Teeth: a corrupted ring entry (device copy only) or a cursor off by one must show.
+TEST(CudaGdnReplay, TeethCorruptRingAndCursor) {
+  NEED_GPU();
+  for (int what = 0; what < 2; ++what) {
+    Cfg c;
+    c.L = 16; c.steps = 8; c.seed = 1234 + what;
+    const Stats s = replay_stream(c, [&](int step, DevCaches& g) {
+      if (step != 6) return;
+      g.down();
+      if (what == 0) {
+        for (int s2 = 0; s2 < int(c.slots); ++s2)
+          for (int hv = 0; hv < c.geo.v_heads; ++hv)
+            for (int v = 0; v < c.geo.head_v_dim; ++v) g.d->h.set({s2, hv, 3, v}, g.d->h.at({s2, hv, 3, v}) + 0.5);
+      } else {
+        for (int s2 = 0; s2 < int(c.slots); ++s2) g.cur->h.set_flat(s2, 5);  // should be 6
+      }
+      g.up();
+    });
+    std::printf("  teeth %s: out err %.2e\n", what == 0 ? "ring" : "cursor", s.out_ref);
+    EXPECT_GT(s.out_ref, 10 * out_tol(c.sd, c.ad, c.rd)) << "corruption went unnoticed";
+  }
+}
+
+// One step captured in a CUDA graph (replay decode + cursor advance) and replayed with the same
+// inputs; the CPU backend runs the same steps.
+TEST(CudaGdnReplay, GraphCaptureReplayedSteps) {
+  NEED_GPU();
+  Cfg c;
+  c.L = 16;
+  const int replays = 200;
+  std::mt19937_64 rng(55);
+  DevWeights w(make_weights(c.geo, rng));
+  ReplayCaches cpu = make_caches(c.geo, c.sd, c.rd, c.slots, c.L, 1, rng);
+  DevCaches gpu(cpu);
+  HostTensor sidx = i32(c.ids);
+  DeviceTensor dsidx(sidx);
+  const int64_t rows = int64_t(c.ids.size());
+  DevTokens tok(make_tokens(c.geo, c.ad, rows, rng));
+  HostTensor out_cpu = make_out(c.geo, c.ad, rows);
+  Mir out_gpu(make_out(c.geo, c.ad, rows));
+  cudaStream_t st;
+  cuda_ok(cudaStreamCreate(&st), "stream");
+  cudaGraph_t graph;
+  cuda_ok(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), "capture");
+  G::replay_decode({c.geo, tok.view(), w.view(), gpu.view(), dsidx.view(), out_gpu.d.view()}, st);
+  advance_cursors(gpu.cur->d.view(), dsidx.view(), c.L, st);
+  cuda_ok(cudaStreamEndCapture(st, &graph), "end capture");
+  cudaGraphExec_t exec;
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  for (int i = 0; i < replays; ++i) cuda_ok(cudaGraphLaunch(exec, st), "launch");
+  cuda_ok(cudaStreamSynchronize(st), "sync");
+  for (int i = 0; i < replays; ++i) {
+    G::replay_decode({c.geo, tok.t.view(), w.w.view(), cpu.view(), sidx.view(), out_cpu.view()});
+    advance_cursors(cpu.cursor.view(), sidx.view(), c.L);
+  }
+  out_gpu.down();
+  gpu.down();
+  const auto live = live_rows(c.ids);
+  const double e = max_err(rows_values(out_gpu.h, live), rows_values(out_cpu, live));
+  double ce = 0;
+  for (int r : live) ce = std::max(ce, max_err(slot_values(gpu.ck->h, c.ids[size_t(r)]), slot_values(cpu.checkpoint, c.ids[size_t(r)])));
+  std::printf("  graph: %d replays, out vs cpu %.2e, checkpoint vs cpu %.2e\n", replays, e, ce);
+  EXPECT_LE(e, 2 * out_tol(c.sd, c.ad, c.rd));
+  EXPECT_LE(ce, 2 * state_tol(c.sd, c.rd));
+  EXPECT_EQ(gpu.cur->h.bytes(), cpu.cursor.bytes());
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(st);
+}
+
+// ---- speculative verify + commit stream ----
+Stats spec_stream(const Cfg& c) {
+  std::mt19937_64 rng(c.seed);
+  const int rows = int(c.ids.size()), T = c.spec.window;
+  DevWeights w(make_weights(c.geo, rng));
+  ReplayCaches cpu = make_caches(c.geo, c.sd, c.rd, c.slots, c.spec.ring_len(), 2, rng);
+  DevCaches gpu(cpu);
+  HostTensor truth = to_f64_pool(cpu.checkpoint);
+  HostTensor sidx = i32(c.ids);
+  DeviceTensor dsidx(sidx);
+  Stats st;
+  std::uniform_int_distribution<int> len(0, T);
+  for (int step = 0; step < c.steps; ++step) {
+    std::vector<int32_t> qsl(size_t(rows) + 1, 0);
+    for (int r = 0; r < rows; ++r) {
+      int n = len(rng);
+      if (n == 0 && step % 7 != 3) n = T;  // empty windows now and then
+      qsl[size_t(r) + 1] = qsl[size_t(r)] + n;
+    }
+    const int64_t tokens = qsl.back();
+    DevTokens tok(make_tokens(c.geo, c.ad, std::max<int64_t>(tokens, 1), rng));
+    const G::TokenInputs hin = slice(tok.t.view(), 0, tokens), din = slice(tok.view(), 0, tokens);
+    HostTensor out_cpu = make_out(c.geo, c.ad, tokens);
+    Mir out_gpu(make_out(c.geo, c.ad, std::max<int64_t>(tokens, 1)));
+    TensorView dout = out_gpu.d.view();
+    dout.shape[0] = tokens;
+    Mir qsl_t(i32(qsl));
+    std::vector<int> flushed;
+    for (int r = 0; r < rows; ++r) {
+      const int s = c.ids[size_t(r)];
+      if (s < 0 || qsl[size_t(r) + 1] == qsl[size_t(r)]) continue;
+      const int wv = int(cpu.cursor.at({s, 0}));
+      if (c.spec.flush_due(wv) && wv > 0) {
+        round_slot(truth, s, c.sd);
+        flushed.push_back(s);
+      }
+    }
+    if (c.with_cpu) G::spec_verify({c.geo, c.spec, hin, w.w.view(), cpu.spec_view(), sidx.view(), qsl_t.h.view(), out_cpu.view()});
+    G::spec_verify({c.geo, c.spec, din, w.view(), gpu.spec_view(), dsidx.view(), qsl_t.d.view(), dout});
+    out_gpu.down();
+    if (!flushed.empty()) {
+      gpu.ck->down();
+      for (int s : flushed) {
+        st.ck_ref = std::max(st.ck_ref, max_err(slot_values(gpu.ck->h, s), slot_values(truth, s)));
+        if (c.with_cpu) st.ck_cpu = std::max(st.ck_cpu, max_err(slot_values(gpu.ck->h, s), slot_values(cpu.checkpoint, s)));
+        ++st.flushes;
+      }
+    }
+    HostTensor ref_out = make_out(c.geo, DType::f64, std::max<int64_t>(tokens, 1));
+    HostTensor trace(DType::f64, {std::max<int64_t>(tokens, 1), c.geo.v_heads, c.geo.head_v_dim, c.geo.head_k_dim});
+    HostTensor scratch = clone(truth);
+    ref::RefArgs ra = ref_args(c.geo, hin, w.w, scratch, sidx, ref_out);
+    TensorView ro = ref_out.view(); ro.shape[0] = tokens; ra.out = ro;
+    TensorView tr = trace.view(); tr.shape[0] = tokens;
+    ra.query_start_loc = qsl_t.h.view();
+    ra.state_trace = tr;
+    ra.update_round = c.rd;
+    if (tokens > 0) ref::decode_sequence(ra);
+    std::vector<int> live_tok;
+    std::vector<int32_t> acc(size_t(rows), 0);
+    for (int r = 0; r < rows; ++r) {
+      const int n = qsl[size_t(r) + 1] - qsl[size_t(r)];
+      acc[size_t(r)] = n == 0 ? 0 : std::uniform_int_distribution<int>(1, n)(rng);
+      const int s = c.ids[size_t(r)];
+      if (s < 0 || n == 0) continue;
+      for (int t = qsl[size_t(r)]; t < qsl[size_t(r) + 1]; ++t) live_tok.push_back(t);
+      copy_slot(trace, qsl[size_t(r)] + acc[size_t(r)] - 1, truth, s);
+    }
+    if (!live_tok.empty()) {
+      const auto got = rows_values(out_gpu.h, live_tok);
+      const double e = max_err(got, rows_values(ref_out, live_tok));
+      st.out_ref = std::max(st.out_ref, e);
+      if (step < c.steps / 8 + 1) st.first = std::max(st.first, e);
+      if (step >= c.steps - c.steps / 8 - 1) st.last = std::max(st.last, e);
+      if (c.with_cpu) st.out_cpu = std::max(st.out_cpu, max_err(got, rows_values(out_cpu, live_tok)));
+    }
+    Mir acc_t(i32(acc));
+    commit_cursors(cpu.cursor.view(), sidx.view(), acc_t.h.view(), qsl_t.h.view(), c.spec);
+    commit_cursors(gpu.cur->d.view(), dsidx.view(), acc_t.d.view(), qsl_t.d.view(), c.spec);
+  }
+  gpu.down();
+  if (c.with_cpu) {
+    st.rings_cpu = std::max({nan_aware_err(gpu.d->h, cpu.d_ring), nan_aware_err(gpu.k->h, cpu.k_ring),
+                             nan_aware_err(gpu.g->h, cpu.g_ring)});
+    st.cursors_eq = gpu.cur->h.bytes() == cpu.cursor.bytes();
+  }
+  return st;
+}
+
+struct SpecCase {
+  DType sd, ad, rd;
+  int history, window, steps;
+  double out_tol, state_tol;  // vs the float64 truth (tests/cpu/test_gdn_spec.cpp values, x2)
+};
+
+TEST(CudaGdnSpec, StreamsRandomAcceptance) {
+  NEED_GPU();
+  const SpecCase cases[] = {{DType::f32, DType::f32, DType::f32, 16, 4, 520, 4e-5, 4e-5},
+                            {DType::f32, DType::bf16, DType::bf16, 16, 4, 120, 5e-2, 2.4e-2},
+                            {DType::f32, DType::f16, DType::f32, 16, 8, 120, 4e-3, 4e-5},
+                            {DType::bf16, DType::bf16, DType::bf16, 12, 6, 120, 8e-2, 5e-2},
+                            {DType::f16, DType::f32, DType::f32, 8, 8, 120, 6e-3, 6e-3},
+                            {DType::f32, DType::bf16, DType::f32, 26, 6, 120, 5e-2, 4e-5}};
+  for (const auto& sc : cases) {
+    Cfg c;
+    c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
+    c.geo = {1, 2, 128, 64}; c.ids = {4, -1, 1, 2}; c.slots = 6; c.seed = 77 + sc.window;
+    const Stats s = spec_stream(c);
+    std::printf("  [spec %s/%s ring %s B=%d T=%d steps %d] out %.2e (cpu %.2e, tol %.1e) ckpt %.2e (cpu %.2e) rings %.2e flushes %d\n",
+                dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(), sc.history, sc.window, sc.steps, s.out_ref, s.out_cpu,
+                sc.out_tol, s.ck_ref, s.ck_cpu, s.rings_cpu, s.flushes);
+    EXPECT_LE(s.out_ref, sc.out_tol);
+    EXPECT_LE(s.ck_ref, sc.state_tol);
+    EXPECT_LE(s.out_cpu, sc.out_tol);
+    EXPECT_LE(s.ck_cpu, sc.state_tol);
+    EXPECT_LE(s.rings_cpu, sc.out_tol);
+    EXPECT_TRUE(s.cursors_eq);
+    EXPECT_GT(s.flushes, 0);
+  }
+}
+
+TEST(CudaGdnSpec, ProductionGeometry) {
+  NEED_GPU();
+  for (const auto& pr : gdn_presets()) {
+    Cfg c;
+    c.geo = pr.geo.shard(2); c.sd = DType::f32; c.ad = DType::bf16; c.rd = DType::f32;
+    c.spec = {16, 6}; c.steps = 8; c.ids = {1, -1, 0}; c.slots = 2; c.seed = 31;
+    const Stats s = spec_stream(c);
+    std::printf("  [spec %s] out %.2e (cpu %.2e) ckpt %.2e flushes %d\n", c.geo.to_string().c_str(), s.out_ref, s.out_cpu,
+                s.ck_ref, s.flushes);
+    EXPECT_LE(s.out_ref, 5e-2);
+    EXPECT_LE(s.out_cpu, 5e-2);
+    EXPECT_TRUE(s.cursors_eq);
+  }
+}
+
+// ---- classic step and classic speculative path: GPU vs CPU on the same data ----
+TEST(CudaGdnClassic, DecodeAllDtypePairsAndGeometries) {
+  NEED_GPU();
+  std::vector<GdnGeometry> geos = {{2, 4, 128, 128}, {2, 4, 64, 64}, {2, 2, 128, 64}};
+  for (const auto& pr : gdn_presets()) geos.push_back(pr.geo.shard(4));
+  int idx = 0;
+  for (const auto& geo : geos)
+    for (DType sd : kF)
+      for (DType ad : kF) {
+        if (idx++ % 3 != 0 && geo.v_heads > 4) continue;  // big geometries: a third of the pairs
+        std::mt19937_64 rng(700 + idx);
+        const std::vector<int32_t> ids = {3, -1, 0, 2};
+        DevWeights w(make_weights(geo, rng));
+        HostTensor cpu = make_state(geo, sd, 4, rng);
+        Mir gst(cpu);
+        HostTensor sidx = i32(ids);
+        DeviceTensor dsidx(sidx);
+        double eo = 0, es = 0;
+        for (int step = 0; step < 3; ++step) {
+          DevTokens tok(make_tokens(geo, ad, 4, rng));
+          HostTensor oc = make_out(geo, ad, 4);
+          Mir og(make_out(geo, ad, 4));
+          G::decode({geo, tok.t.view(), w.w.view(), cpu.view(), sidx.view(), oc.view()});
+          G::decode({geo, tok.view(), w.view(), gst.d.view(), dsidx.view(), og.d.view()});
+          og.down();
+          eo = std::max(eo, max_err(rows_values(og.h, {0, 2, 3}), rows_values(oc, {0, 2, 3})));
+          EXPECT_TRUE(pad_untouched(og.h, ids));
+        }
+        gst.down();
+        for (int s : {0, 2, 3}) es = std::max(es, max_err(slot_values(gst.h, s), slot_values(cpu, s)));
+        EXPECT_EQ(slot_values(gst.h, 1) == slot_values(cpu, 1), true) << "unused slot touched";
+        const double tol = 2e-5 + 2 * unit_roundoff(ad) + (is_float16ish(sd) ? 4 * unit_roundoff(sd) : 0.0);
+        EXPECT_LE(eo, tol) << geo.to_string() << " " << dn(sd) << "/" << dn(ad);
+        EXPECT_LE(es, tol) << geo.to_string() << " " << dn(sd) << "/" << dn(ad);
+        if (geo.v_heads <= 4 || sd == DType::f32)
+          std::printf("  [classic %s %s/%s] out vs cpu %.2e state %.2e\n", geo.to_string().c_str(), dn(sd).c_str(),
+                      dn(ad).c_str(), eo, es);
+      }
+}
+
+TEST(CudaGdnClassic, SpecPathAllDtypes) {
+  NEED_GPU();
+  const GdnGeometry geo{2, 4, 128, 128};
+  for (int T : {4, 6})
+    for (DType sd : kF)
+      for (DType ad : kF) {
+        std::mt19937_64 rng(800 + T * 10 + int(sd) * 3 + int(ad));
+        const int rows = 3, slots = rows * T + 2;
+        DevWeights w(make_weights(geo, rng));
+        HostTensor cpu = make_state(geo, sd, slots, rng);
+        Mir gst(cpu);
+        std::vector<int32_t> si(size_t(rows * T)), na(rows), qsl(rows + 1, 0);
+        std::vector<int32_t> perm(slots);
+        for (int i = 0; i < slots; ++i) perm[size_t(i)] = i;
+        std::shuffle(perm.begin(), perm.end(), rng);
+        for (int r = 0; r < rows; ++r) {
+          for (int t = 0; t < T; ++t) si[size_t(r * T + t)] = perm[size_t(r * T + t)];
+          na[size_t(r)] = 1 + int(rng() % unsigned(T));
+          qsl[size_t(r) + 1] = qsl[size_t(r)] + (r == 1 ? T - 1 : T);
+        }
+        si[size_t(1 * T)] = -1;  // row 1: padding
+        si[size_t(2 * T + 1)] = -1;  // row 2: a skipped destination
+        Mir si_t(i32_2d(si, rows, T)), na_t(i32(na)), qsl_t(i32(qsl));
+        const int64_t tokens = qsl.back();
+        DevTokens tok(make_tokens(geo, ad, tokens, rng));
+        HostTensor oc = make_out(geo, ad, tokens);
+        Mir og(make_out(geo, ad, tokens));
+        G::classic_spec_decode({geo, T, tok.t.view(), w.w.view(), cpu.view(), si_t.h.view(), na_t.h.view(), qsl_t.h.view(), oc.view()});
+        G::classic_spec_decode({geo, T, tok.view(), w.view(), gst.d.view(), si_t.d.view(), na_t.d.view(), qsl_t.d.view(), og.d.view()});
+        og.down();
+        gst.down();
+        std::vector<int> live;
+        for (int t = 0; t < tokens; ++t)
+          if (t < qsl[1] || t >= qsl[2]) live.push_back(t);
+        const double eo = max_err(rows_values(og.h, live), rows_values(oc, live));
+        double es = 0;
+        for (int s = 0; s < slots; ++s) es = std::max(es, max_err(slot_values(gst.h, s), slot_values(cpu, s)));
+        for (int t = qsl[1]; t < qsl[2]; ++t)
+          for (double v : slot_values(og.h, t)) ASSERT_EQ(v, 7.0) << "padding row output written";
+        const double tol = 2e-5 + 2 * unit_roundoff(ad) + (is_float16ish(sd) ? 4 * unit_roundoff(sd) : 0.0);
+        EXPECT_LE(eo, tol) << "T=" << T << " " << dn(sd) << "/" << dn(ad);
+        EXPECT_LE(es, tol) << "T=" << T << " " << dn(sd) << "/" << dn(ad);
+      }
+}
+
+// ---- bad input: rejected before anything is written ----
+TEST(CudaGdn, BadInputRejectedNothingWritten) {
+  NEED_GPU();
+  std::mt19937_64 rng(9);
+  auto try_geo = [&](GdnGeometry geo, bool expect_throw, std::vector<int32_t> ids, int L) {
+    DevWeights w(make_weights(geo, rng));
+    ReplayCaches cpu = make_caches(geo, DType::f32, DType::f32, 3, L, 1, rng);
+    DevCaches gpu(cpu);
+    HostTensor sidx = i32(ids);
+    DeviceTensor dsidx(sidx);
+    DevTokens tok(make_tokens(geo, DType::bf16, int64_t(ids.size()), rng));
+    Mir og(make_out(geo, DType::bf16, int64_t(ids.size())));
+    bool threw = false;
+    try {
+      G::replay_decode({geo, tok.view(), w.view(), gpu.view(), dsidx.view(), og.d.view()});
+    } catch (const Error& e) {
+      threw = true;
+      std::printf("  rejected: %s\n", e.what());
+    }
+    EXPECT_EQ(threw, expect_throw) << geo.to_string();
+    HostTensor ck = cpu.checkpoint, o = make_out(geo, DType::bf16, int64_t(ids.size()));
+    og.down();
+    gpu.down();
+    if (expect_throw) {
+      EXPECT_EQ(gpu.ck->h.bytes(), cpu.checkpoint.bytes());
+      EXPECT_EQ(gpu.d->h.bytes(), cpu.d_ring.bytes());
+      EXPECT_EQ(og.h.bytes(), o.bytes());
+    }
+  };
+  try_geo({2, 4, 96, 128}, true, {0, 1}, 4);   // unsupported K on CUDA
+  try_geo({2, 4, 128, 32}, true, {0, 1}, 4);   // unsupported V on CUDA
+  try_geo({2, 4, 128, 128}, true, {0, 3}, 4);  // slot out of range
+  try_geo({2, 4, 128, 128}, true, {1, 1}, 4);  // duplicate slot
+  try_geo({2, 4, 128, 128}, true, {0, 1}, 33); // ring too long for CUDA
+  try_geo({2, 4, 128, 128}, false, {0, 1}, 4); // control
+}
+
+// Small case for compute-sanitizer (memcheck + racecheck in tools/gpu-check): every op once.
+TEST(CudaGdn, SanitizerSmall) {
+  NEED_GPU();
+  Cfg c;
+  c.geo = {1, 2, 128, 64}; c.L = 4; c.steps = 5; c.ids = {1, -1, 0}; c.slots = 2; c.with_cpu = false;
+  const Stats s = replay_stream(c);
+  EXPECT_LE(s.out_ref, 2 * out_tol(c.sd, c.ad, c.rd));
+  c.spec = {4, 2}; c.steps = 6;
+  const Stats t = spec_stream(c);
+  EXPECT_LE(t.out_ref, 5e-2);
+  // classic step once
+  std::mt19937_64 rng(3);
+  DevWeights w(make_weights(c.geo, rng));
+  Mir st(make_state(c.geo, DType::f32, 2, rng));
+  HostTensor sidx = i32(c.ids);
+  DeviceTensor dsidx(sidx);
+  DevTokens tok(make_tokens(c.geo, DType::bf16, 3, rng));
+  Mir og(make_out(c.geo, DType::bf16, 3));
+  G::decode({c.geo, tok.view(), w.view(), st.d.view(), dsidx.view(), og.d.view()});
+  cuda_ok(cudaDeviceSynchronize(), "sync");
+}
+
+}  // namespace
+}  // namespace replayssm::test

@@ -1,0 +1,22 @@
+// Options of `replayssm bench-gdn` (bench_gdn.cpp, any build) and its CUDA part (bench_gdn.cu).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace replayssm::tools {
+
+struct BenchGdnOptions {
+  std::vector<std::string> models{"qwen3.5-4b", "qwen3.5-122b-a10b"};
+  std::vector<int> batches{1, 8, 64, 256, 512};
+  std::vector<int> windows{4, 6};
+  int L = 16;          // standard ring length
+  int history = 16;    // speculative history B
+  std::string state = "float32", act = "bfloat16", ring = "float32";
+  int steps = 16;      // launches per captured graph (the amortised cycle uses L steps)
+  int reps = 5;        // graph replays, median
+  std::string json;
+};
+
+void run_bench_gdn(const BenchGdnOptions& o);  // bench_gdn.cu (CUDA builds)
+
+}  // namespace replayssm::tools
