@@ -99,6 +99,7 @@ classic_decode_kernel(const Mamba2StepParams p, const int tiles_per_cta, const i
 void mamba2_decode(const Mamba2StepParams& p, Stream stream) {
   if (p.rows <= 0) return;
   if (p.rows > 65535) throw Error("slot_idx", "the CUDA kernels take at most 65535 rows per launch");
+  check_state_alignment(p.state, p.state_slot, p.state_dtype, "state");
   const PSplit sp = choose_psplit(p.rows, p.heads, p.headdim);
   const dim3 grid(unsigned(p.heads * sp.chunks), unsigned(p.rows));
   const dim3 block(unsigned(32 * sp.tiles_per_cta));

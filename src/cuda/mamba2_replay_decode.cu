@@ -286,6 +286,7 @@ void mamba2_replay_decode(const Mamba2ReplayParams& p, Stream stream) {
   if (p.step.rows > 65535) throw Error("slot_idx", "the CUDA kernels take at most 65535 rows per launch");
   const int L = p.ring.ring;
   if (L < 1 || L > 32) throw Error("cache.x_ring", "the CUDA kernels support ring lengths 1..32, got " + std::to_string(L));
+  check_state_alignment(p.step.state, p.step.state_slot, p.step.state_dtype, "cache.checkpoint");
   auto st = static_cast<cudaStream_t>(stream);
   with_float_type(p.step.state_dtype, "cache.checkpoint", [&](auto s) {
     using ST = decltype(s);
