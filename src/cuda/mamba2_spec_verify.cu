@@ -369,6 +369,10 @@ void mamba2_spec_verify(const Mamba2VerifyParams& p, Stream stream) {
   if (p.ring.ring < 1 || p.ring.ring > kMaxRing || (p.ring.ring & (p.ring.ring - 1)))
     throw Error("spec", "the CUDA verify kernel supports power-of-two rings of at most " + std::to_string(kMaxRing) +
                             " positions, got " + std::to_string(p.ring.ring));
+  // Known wrong results at 64-position rings (history + window > 32; issue 5, docs/results.md).
+  if (p.ring.ring > 32)
+    throw Error("spec", "rings of more than 32 positions (history + window > 32) are disabled on CUDA until known "
+                        "wrong results at ring 64 are fixed (issue 5); got ring " + std::to_string(p.ring.ring));
   const size_t sb = dtype_size(p.step.state_dtype);
   if (reinterpret_cast<uintptr_t>(p.step.state) % 16 != 0 || (size_t(p.step.state_slot) * sb) % 16 != 0)
     throw Error("cache.checkpoint", "the CUDA kernels need 16-byte aligned slots (base pointer and slot stride)");

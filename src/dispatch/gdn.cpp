@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -133,6 +134,11 @@ void check_cuda_limits(const Checked& c, const GdnGeometry& geo, const TensorVie
   if (reinterpret_cast<uintptr_t>(state.data) % 16 != 0 || (state.stride[0] * es) % 16 != 0)
     throw Error(state_name, "the CUDA kernels need a 16-byte aligned base and slot stride, got slot stride " +
                                 str(state.stride[0]) + " elements");
+  // The GDN CUDA kernels have not yet passed their GPU tests (issue 6): opt in explicitly.
+  const char* opt = std::getenv("REPLAYSSM_EXPERIMENTAL_CUDA_GDN");
+  if (!opt || !*opt || std::string(opt) == "0")
+    throw Error("device", "the Gated DeltaNet CUDA kernels are experimental and not yet verified on a GPU (issue 6); "
+                          "set REPLAYSSM_EXPERIMENTAL_CUDA_GDN=1 to run them, or pass CPU tensors");
 }
 
 // True when the op runs on CUDA; throws if this build has no CUDA kernels.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -16,6 +17,9 @@
 #include "replayssm/error.hpp"
 #include "support/gdn_harness.hpp"
 #include "support/gdn_streams.hpp"
+
+// These tests exercise the experimental GDN CUDA kernels (issue 6), which dispatch refuses unless opted in.
+static const bool kGdnCudaOptIn = [] { return setenv("REPLAYSSM_EXPERIMENTAL_CUDA_GDN", "1", 0) == 0; }();
 
 namespace replayssm::test {
 namespace {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -110,6 +111,8 @@ struct Row {
 }  // namespace
 
 void run_bench_gdn(const BenchGdnOptions& o) {
+  // This tool measures the experimental GDN CUDA kernels on purpose (issue 6): opt in for this process.
+  setenv("REPLAYSSM_EXPERIMENTAL_CUDA_GDN", "1", 0);
   const DType sd = parse_dt(o.state, "--state-dtype"), ad = parse_dt(o.act, "--act-dtype"), rd = parse_dt(o.ring, "--ring-dtype");
   const double es = dtype_size(sd), ea = dtype_size(ad), er = dtype_size(rd);
   cudaDeviceProp prop{};
