@@ -236,11 +236,13 @@ void register_demo(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Random seed of the inputs")->capture_default_str();
   cmd->add_flag("--quiet", o->quiet, "No progress line");
-  cmd->callback([o] {
+  cmd->callback([o, cmd] {
     Device dev = Device::cpu();
     if (o->backend == "cuda" || (o->backend == "auto" && cuda_device_count() > 0)) {
       if (cuda_device_count() == 0) throw Error("--backend", "cuda was asked for, but no CUDA device is available in this build");
       dev = Device::cuda(0);
+      // The CUDA ReplaySSM decode takes L <= 12 until a known flush fault is fixed (issue 4).
+      if (cmd->count("--ring") == 0) o->ring = 8;
     }
 #if defined(_OPENMP)
     if (o->threads > 0) omp_set_num_threads(o->threads);
