@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "replayssm/bench_gdn.hpp"
+#include "replayssm/bench_types.hpp"
 #include "replayssm/replayssm.hpp"
 
 namespace replayssm::tools {
@@ -80,27 +81,6 @@ double time_graph(cudaStream_t st, int reps, int per, F&& body) {
   return t[t.size() / 2];
 }
 
-double copy_tbps() {
-  const size_t n = size_t(1) << 30;
-  Buf a(n), b(n);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<double> v;
-  for (int r = 0; r < 5; ++r) {
-    cudaEventRecord(e0);
-    ck(cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice), "copy");
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    v.push_back(2.0 * double(n) / (double(ms) * 1e-3) * 1e-12);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 struct Row {
   std::string model, what;
@@ -117,7 +97,7 @@ void run_bench_gdn(const BenchGdnOptions& o) {
   const double es = dtype_size(sd), ea = dtype_size(ad), er = dtype_size(rd);
   cudaDeviceProp prop{};
   ck(cudaGetDeviceProperties(&prop, 0), "device");
-  const double copy = copy_tbps();
+  const double copy = bench::copy_bandwidth_tbps();
   std::printf("device %s, copy bandwidth %.2f TB/s (read + write); state %s act %s ring %s L=%d B=%d\n", prop.name, copy,
               o.state.c_str(), o.act.c_str(), o.ring.c_str(), o.L, o.history);
   std::printf("%-20s %5s %-22s %3s %10s %10s %7s %6s %8s\n", "model", "batch", "op", "T", "us", "MB", "TB/s", "frac", "vs classic");

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "replayssm/bench_spec.hpp"
+#include "replayssm/bench_types.hpp"
 #include "replayssm/replayssm.hpp"
 
 namespace replayssm::tools {
@@ -125,18 +126,6 @@ double time_graph(cudaStream_t s, int steps, int reps, F&& body, int warm = 2) {
   return us[us.size() / 2];
 }
 
-double copy_bandwidth(cudaStream_t s) {  // bytes read + written per second, large D2D copy
-  const size_t bytes = size_t(1) << 30;
-  void *a, *b;
-  ck(cudaMalloc(&a, bytes), "cudaMalloc");
-  ck(cudaMalloc(&b, bytes), "cudaMalloc");
-  cudaMemsetAsync(a, 1, bytes, s);
-  const double us = time_graph(s, 1, 9, [&](cudaStream_t st) { ck(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st), "copy"); });
-  cudaFree(a);
-  cudaFree(b);
-  return 2.0 * double(bytes) / (us * 1e-6);
-}
-
 struct Case {
   std::string model;
   int T, batch;
@@ -157,7 +146,7 @@ void run_bench_spec(const BenchSpecOptions& o) {
   const double sb = dtype_size(sd), ab = dtype_size(ad);
   cudaStream_t st;
   ck(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
-  const double copy_bw = copy_bandwidth(st);
+  const double copy_bw = bench::copy_bandwidth_tbps() * 1e12;  // bytes / s
   std::printf("bench-spec on %s: copy bandwidth %.2f TB/s (read + write), state %s, act %s, history %d, %d steps/graph\n",
               prop.name, copy_bw / 1e12, std::string(dtype_name(sd)).c_str(), std::string(dtype_name(ad)).c_str(),
               o.history, o.steps);

@@ -42,5 +42,6 @@ struct Report {
 };
 
 Report run_cuda(const Options& o);  // bench_cuda.cu
+double copy_bandwidth_tbps();        // bench_cuda.cu: the measured copy ceiling, TB/s (read + write)
 
 }  // namespace replayssm::tools::bench
