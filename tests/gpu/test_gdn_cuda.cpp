@@ -551,6 +551,7 @@ TEST(CudaGdnClassic, SpecPathAllDtypes) {
         }
         si[size_t(1 * T)] = -1;  // row 1: padding
         si[size_t(2 * T + 1)] = -1;  // row 2: a skipped destination
+        na[2] = 1;                   // ... so row 2 must start from column 0 (a -1 start state is rejected)
         Mir si_t(i32_2d(si, rows, T)), na_t(i32(na)), qsl_t(i32(qsl));
         const int64_t tokens = qsl.back();
         DevTokens tok(make_tokens(geo, ad, tokens, rng));
@@ -577,6 +578,9 @@ TEST(CudaGdnClassic, SpecPathAllDtypes) {
 // ---- bad input: rejected before anything is written ----
 TEST(CudaGdn, BadInputRejectedNothingWritten) {
   NEED_GPU();
+  // Slot-id errors in device tensors are only seen by the host with device validation on.
+  set_device_validation(true);
+  struct Restore { ~Restore() { set_device_validation(false); } } restore;
   std::mt19937_64 rng(9);
   auto try_geo = [&](GdnGeometry geo, bool expect_throw, std::vector<int32_t> ids, int L) {
     DevWeights w(make_weights(geo, rng));
