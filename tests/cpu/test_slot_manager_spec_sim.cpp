@@ -34,6 +34,7 @@
 #include "replayssm/serving/cache_layout.hpp"
 #include "replayssm/serving/slot_manager.hpp"
 #include "support/host_tensor.hpp"
+#include "support/mamba2_harness.hpp"
 
 using namespace replayssm;
 using namespace replayssm::serving;
@@ -121,19 +122,10 @@ SimResult run_sim(const SimOpts& o) {
   SimResult res;
   auto note = [&](const std::string& what) { if (res.first_mismatch.empty()) res.first_mismatch = what; };
 
-  // Weights (float32 values; the reference sees the same numbers).
-  test::HostTensor A(DType::f32, {kH}), dt_bias(DType::f32, {kH}), D(DType::f32, {kH});
-  reference::Mamba2Model ref;
-  ref.geo = geo;
-  for (int h = 0; h < kH; ++h) {
-    A.set({h}, double(float(-std::exp(unit(rng)))));
-    dt_bias.set({h}, double(float(0.5 * unit(rng))));
-    D.set({h}, double(float(unit(rng))));
-    ref.A.push_back(A.at({h}));
-    ref.dt_bias.push_back(dt_bias.at({h}));
-    ref.D.push_back(D.at({h}));
-  }
-  mamba2::Weights w{A, dt_bias, D, true};
+  // Weights (float32 values, the reference sees the same numbers).
+  const test::m2::SimWeights sw = test::m2::sim_weights(geo, rng);
+  const reference::Mamba2Model& ref = sw.model;
+  const mamba2::Weights w = sw.weights();
 
   // Spec cache pools sized from the layout the planner counts.
   SsmLayer layer;

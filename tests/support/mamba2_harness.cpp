@@ -41,6 +41,22 @@ Tol tolerance(DtypePair p) {
   return {out, st};
 }
 
+SimWeights sim_weights(const Mamba2Geometry& geo, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  SimWeights sw{HostTensor(DType::f32, {geo.heads}), HostTensor(DType::f32, {geo.heads}),
+                HostTensor(DType::f32, {geo.heads}), {}};
+  sw.model.geo = geo;
+  for (int h = 0; h < geo.heads; ++h) {
+    sw.A.set({h}, double(float(-std::exp(unit(rng)))));
+    sw.dt_bias.set({h}, double(float(0.5 * unit(rng))));
+    sw.D.set({h}, double(float(unit(rng))));
+    sw.model.A.push_back(sw.A.at({h}));
+    sw.model.dt_bias.push_back(sw.dt_bias.at({h}));
+    sw.model.D.push_back(sw.D.at({h}));
+  }
+  return sw;
+}
+
 Problem::Problem(const Config& s_) : s(s_), rng(s_.seed) {
   const Mamba2Geometry& g = s.geo;
   model.geo = g;

@@ -39,6 +39,15 @@ struct Config {
   uint64_t seed = 1;
 };
 
+// Small random per-head weights for simulations: A in -exp([0, 1)), dt_bias in [0, 0.5), D in [0, 1), each
+// rounded to float32 so the float64 model sees exactly the op's numbers. Draws A, dt_bias, D per head in turn.
+struct SimWeights {
+  HostTensor A, dt_bias, D;  // [H] float32
+  reference::Mamba2Model model;
+  mamba2::Weights weights() const { return {A, dt_bias, D, true}; }
+};
+SimWeights sim_weights(const Mamba2Geometry& geo, std::mt19937_64& rng);
+
 constexpr double kSentinel = -4096.0;  // out of padding rows must keep it (a power of two: exact in bf16/f16)
 
 class Problem {
