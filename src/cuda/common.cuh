@@ -96,6 +96,38 @@ __device__ __forceinline__ float warp_sum4(float v) {  // sum over the 4 lanes o
   return v;
 }
 
+// ---- asynchronous global -> shared copies (cp.async, sm_80+): staged without holding registers ----
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+
+// Copy `rows` rows of `cols` elements (row strides in elements) into shared memory, by all `nth` threads.
+// vec16: every row start and `cols * sizeof(T)` are 16-byte multiples (checked by the caller on the host),
+// so the copy is cp.async 16-byte chunks; otherwise plain element copies.
+template <class T>
+__device__ __forceinline__ void stage_rows(T* dst, int dst_stride, const T* src, int64_t src_stride, int rows,
+                                           int cols, bool vec16, int tid, int nth) {
+  if (vec16) {
+    constexpr int E = 16 / int(sizeof(T));
+    const int cpr = cols / E;
+    for (int i = tid; i < rows * cpr; i += nth) {
+      const int r = i / cpr, c = (i % cpr) * E;
+      cp_async16(dst + r * dst_stride + c, src + int64_t(r) * src_stride + c);
+    }
+  } else {
+    for (int i = tid; i < rows * cols; i += nth) {
+      const int r = i / cols, c = i % cols;
+      dst[r * dst_stride + c] = src[int64_t(r) * src_stride + c];
+    }
+  }
+}
+
+// CTAs of 256 threads per SM the state kernels are compiled for: a 16-bit state holds half the bytes
+// per 16-byte load, so more warps (fewer registers each) keep as many state bytes in flight.
+template <class ST> inline constexpr int kMinCtas = sizeof(ST) == 4 ? 2 : 3;
+
 // ---- the tile layout shared by the Mamba-2 kernels ----
 // A warp owns a 16-row tile of P (rows p0 + g and p0 + g + 8, g = lane / 4) and all N columns.
 // Lane quad index t = lane % 4 owns, in every column group m of width 4*VEC, the VEC contiguous

@@ -5,7 +5,9 @@
 // is one (row, head) and `tiles_per_cta` 16-row tiles of P, one warp per tile; a lane owns rows
 // p0+g, p0+g+8 and VEC contiguous state columns per column group (16-byte accesses). The
 // checkpoint loads are issued first, before the cursor-dependent prologue, so the HBM stream
-// overlaps the ring bookkeeping.
+// overlaps the ring bookkeeping; the committed ring rows (x slice of the CTA, B of the group) are
+// staged into shared memory with cp.async (coalesced 16-byte copies, no registers held while in flight)
+// and every later ring read is a shared-memory read.
 //
 // Per CTA prologue: warp 0 scans the ring's delta (plus the current one) into the decay weights
 //   s_k = delta_k exp(min(A (c_w - c_k), 0)), decay = exp(min(A c_w, 0)).
@@ -46,20 +48,36 @@ template <> struct XParts<float> {
   static __device__ __forceinline__ void split(float v, __nv_bfloat16 (&o)[3]) { split3_bf16(v, o[0], o[1], o[2]); }
 };
 
+// Dynamic shared memory of one CTA: the staged ring rows k < w in the activation dtype, the x slice
+// [KPAD][XS] of this CTA's P rows and the group's B [KPAD][BS] (each row padded by 16 bytes so that the
+// lane quads of a warp, 4 consecutive k, fall into different banks); then the flush product's B
+// fragments [kBParts][KT][NT][32] uint2, built once per CTA and shared by its warps.
+template <class AT, int N, int KT> struct ReplaySmem {
+  static constexpr int kPad = 16 / int(sizeof(AT));
+  static constexpr int kBS = N + kPad;
+  static constexpr __host__ __device__ int xs(int pc) { return pc + kPad; }
+  static constexpr __host__ __device__ size_t x_bytes(int pc) { return size_t(16 * KT) * xs(pc) * sizeof(AT); }
+  static constexpr size_t kBBytes = size_t(16 * KT) * kBS * sizeof(AT);
+  static constexpr size_t kFragBytes = size_t(kBParts) * KT * (N / 8) * 32 * sizeof(uint2);
+  static constexpr __host__ __device__ size_t total(int pc) { return x_bytes(pc) + kBBytes + kFragBytes; }
+};
+
 template <class ST, class AT, int N, int KT>
-__global__ void __launch_bounds__(256, 2)
-replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const int chunks) {
+__global__ void __launch_bounds__(256, KT == 1 ? kMinCtas<ST> : 2)  // L > 16 needs the registers
+replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const int chunks, const bool ring_vec16) {
   using V = Vec16<ST>;
+  using SM = ReplaySmem<AT, N, KT>;
   constexpr int VEC = V::kN;
   constexpr int NG = N / (4 * VEC);
   constexpr int TG = VEC / 2;
+  constexpr int BS = SM::kBS;
   constexpr int NT = N / 8;  // MMA n-tiles
   constexpr int KPAD = 16 * KT;
   constexpr int XP = XParts<AT>::kN;
 
   __shared__ float s_scale[32], s_coef[32], s_C[N], s_B[N];
   __shared__ float s_decay;
-  extern __shared__ uint2 s_frag[];  // [kBParts][KT][NT][32 lanes] x (b0b1, b2b3)
+  extern __shared__ __align__(16) unsigned char s_dyn[];
 
   const Mamba2StepParams& p = rp.step;
   const Mamba2RingParams& rg = rp.ring;
@@ -68,13 +86,18 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
   const int nthreads = blockDim.x, nwarps = nthreads >> 5;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int P = p.headdim, L = rg.ring;
-  const int p0 = (chunk * tiles_per_cta + warp) * 16;
+  const int PC = 16 * tiles_per_cta, pbase = chunk * PC, XS = SM::xs(PC);
+  const int p0 = pbase + warp * 16;
   const bool active = p0 < P;
+  AT* s_xr = reinterpret_cast<AT*>(s_dyn);                         // [KPAD][XS], column p - pbase
+  AT* s_br = reinterpret_cast<AT*>(s_dyn + SM::x_bytes(PC));       // [KPAD][BS]
+  uint2* s_frag = reinterpret_cast<uint2*>(s_dyn + SM::x_bytes(PC) + SM::kBBytes);
 
   const int slot = p.slot_idx[row];
   if (slot < 0 || slot >= p.slots) return;  // padding row: nothing read or written
   const int w = rg.cursor[int64_t(slot) * rg.cursor_slot];
 
+  // 1. the checkpoint stream first: every 16-byte load of this lane in flight before anything waits.
   ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + int64_t(h) * P * N;
   const int pr[2] = {p0 + g, p0 + g + 8};
   const bool ok[2] = {active && pr[0] < P, active && pr[1] < P};
@@ -85,30 +108,40 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
     for (int m = 0; m < NG; ++m)
       raw[r][m] = ok[r] ? V::load_raw(S + int64_t(pr[r]) * N + m * 4 * VEC + t * VEC) : make_uint4(0, 0, 0, 0);
 
-  if (w < 0 || w >= L) return;  // corrupt cursor: skip the row rather than write out of bounds
-  const bool flush = (w == L - 1);
-  const bool gemm = flush || !rp.output_only;
+  // 2. the step's own inputs (independent of the cursor: in flight together with the cursor load).
   const int hpg = p.heads / p.groups, grp = h / hpg;
-
   const AT* x = static_cast<const AT*>(p.x) + int64_t(row) * p.x_tok + int64_t(h) * p.x_head;
   const AT* Bin = static_cast<const AT*>(p.B) + int64_t(row) * p.B_tok + int64_t(grp) * p.B_group;
   const AT* Cin = static_cast<const AT*>(p.C) + int64_t(row) * p.C_tok + int64_t(grp) * p.C_group;
-  const AT* xr = static_cast<const AT*>(rg.x_ring) + int64_t(slot) * rg.xr_slot + int64_t(h) * L * P;
-  float* dtr = rg.dt_ring + int64_t(slot) * rg.dtr_slot + int64_t(h) * L;
-  const AT* Br = static_cast<const AT*>(rg.B_ring) + int64_t(slot) * rg.Br_slot + int64_t(grp) * L * N;
-
+  const AT* z = p.z ? static_cast<const AT*>(p.z) + int64_t(row) * p.z_tok + int64_t(h) * p.z_head : nullptr;
+  AT xraw[2];
+  float xv[2], zv[2] = {0.f, 0.f};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    xraw[r] = ok[r] ? x[pr[r]] : Traits<AT>::from_f(0.f);
+    if (z && ok[r] && t == 0) zv[r] = Traits<AT>::to_f(z[pr[r]]);
+  }
   float delta = load_dt(p.dt, int64_t(row) * p.dt_tok + int64_t(h) * p.dt_head, p.dt_dtype);
+  for (int n = threadIdx.x; n < N; n += nthreads) {
+    s_C[n] = Traits<AT>::to_f(Cin[n]);
+    s_B[n] = Traits<AT>::to_f(Bin[n]);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) xv[r] = Traits<AT>::to_f(xraw[r]);
   if (p.dt_bias) delta += p.dt_bias[h];
   if (p.dt_softplus) delta = softplus20(delta);
   const float A = p.A[h];
 
-  AT xraw[2];
-  float xv[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    xraw[r] = ok[r] ? x[pr[r]] : Traits<AT>::from_f(0.f);
-    xv[r] = Traits<AT>::to_f(xraw[r]);
-  }
+  if (w < 0 || w >= L) return;  // corrupt cursor: skip the row (CTA-uniform) rather than go out of bounds
+  const bool flush = (w == L - 1);
+  const bool gemm = flush || !rp.output_only;
+  const AT* xr = static_cast<const AT*>(rg.x_ring) + int64_t(slot) * rg.xr_slot + int64_t(h) * L * P;
+  float* dtr = rg.dt_ring + int64_t(slot) * rg.dtr_slot + int64_t(h) * L;
+  const AT* Br = static_cast<const AT*>(rg.B_ring) + int64_t(slot) * rg.Br_slot + int64_t(grp) * L * N;
+
+  // 3. the committed ring rows k < w go to shared memory asynchronously (no registers held).
+  stage_rows(s_xr, XS, xr + pbase, P, w, min(PC, P - pbase), ring_vec16, threadIdx.x, nthreads);
+  stage_rows(s_br, BS, Br, N, w, N, ring_vec16, threadIdx.x, nthreads);
 
   if (warp == 0) {
     float d = lane < w ? dtr[lane] : (lane == w ? delta : 0.f);
@@ -122,18 +155,17 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
     s_scale[lane] = lane <= w ? d * expf(fminf(A * (cw - c), 0.f)) : 0.f;
     if (lane == 0) s_decay = expf(fminf(A * cw, 0.f));
   }
-  for (int n = threadIdx.x; n < N; n += nthreads) {
-    s_C[n] = Traits<AT>::to_f(Cin[n]);
-    s_B[n] = Traits<AT>::to_f(Bin[n]);
-  }
+  cp_async_wait_all();
   __syncthreads();
 
+  // 4. per-step coefficients (append) or the flush product's operands (gemm), from shared memory.
+  const int xc[2] = {pr[0] - pbase, pr[1] - pbase};  // this lane's columns of the staged x slice
   uint32_t afrag[XP][KT][4];
   if (!gemm) {
     for (int k = warp; k <= w; k += nwarps) {
       float acc = 0.f;
       if (k < w) {
-        for (int n = lane; n < N; n += 32) acc = fmaf(Traits<AT>::to_f(Br[int64_t(k) * N + n]), s_C[n], acc);
+        for (int n = lane; n < N; n += 32) acc = fmaf(Traits<AT>::to_f(s_br[k * BS + n]), s_C[n], acc);
       } else {
         for (int n = lane; n < N; n += 32) acc = fmaf(s_B[n], s_C[n], acc);
       }
@@ -141,13 +173,16 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
       for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
       if (lane == 0) s_coef[k] = s_scale[k] * acc;
     }
+    __syncthreads();
   } else {
     // Scaled B, split into bf16 parts, stored in MMA B-fragment order (conflict-free 8-byte reads).
+    // One table per CTA: cheaper than per-warp register builds once a CTA has several warps
+    // (measured, run G of docs/results.md: the per-warp build cost 5-7 % on the flush at batch >= 64).
     __nv_bfloat16* fb = reinterpret_cast<__nv_bfloat16*>(s_frag);
     for (int idx = threadIdx.x; idx < KPAD * N; idx += nthreads) {
       const int k = idx / N, n = idx % N;
       float v = 0.f;
-      if (k < w) v = s_scale[k] * Traits<AT>::to_f(Br[int64_t(k) * N + n]);
+      if (k < w) v = s_scale[k] * Traits<AT>::to_f(s_br[k * BS + n]);
       else if (k == w) v = s_scale[k] * s_B[n];
       __nv_bfloat16 part[3];
       split3_bf16(v, part[0], part[1], part[2]);
@@ -171,7 +206,7 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
           const int k = kt * 16 + 2 * t + hf + ((reg >> 1) << 3);
           float v = 0.f;
           if (ok[r]) {
-            if (k < w) v = Traits<AT>::to_f(xr[int64_t(k) * P + pr[r]]);
+            if (k < w) v = Traits<AT>::to_f(s_xr[k * XS + xc[r]]);
             else if (k == w) v = xv[r];
           }
           __nv_bfloat16 o[XP];
@@ -185,9 +220,10 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
 #pragma unroll
         for (int reg = 0; reg < 4; ++reg) afrag[q][kt][reg] = pack_bf16x2(e[reg][0][q], e[reg][1][q]);
     }
+    __syncthreads();
   }
-  __syncthreads();
 
+  // 5. combine with the checkpoint in registers, output; on flush, write the new checkpoint.
   const float decay = s_decay;
   float yp[2] = {0.f, 0.f};
   if (active) {
@@ -234,7 +270,7 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
         const float cf = s_coef[k];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const float xk = k < w ? (ok[r] ? Traits<AT>::to_f(xr[int64_t(k) * P + pr[r]]) : 0.f) : xv[r];
+          const float xk = k < w ? (ok[r] ? Traits<AT>::to_f(s_xr[k * XS + xc[r]]) : 0.f) : xv[r];
           ring[r] = fmaf(cf, xk, ring[r]);
         }
       }
@@ -245,22 +281,19 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
     for (int r = 0; r < 2; ++r) yp[r] = warp_sum4(yp[r]);
     if (t == 0) {
       AT* out = static_cast<AT*>(p.out) + int64_t(row) * p.out_tok + int64_t(h) * p.out_head;
-      const AT* z = p.z ? static_cast<const AT*>(p.z) + int64_t(row) * p.z_tok + int64_t(h) * p.z_head : nullptr;
       const float Dh = p.D ? p.D[h] : 0.f;
       AT* xw = static_cast<AT*>(rg.x_ring) + int64_t(slot) * rg.xr_slot + (int64_t(h) * L + w) * P;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         if (!ok[r]) continue;
         float v = fmaf(Dh, xv[r], yp[r]);
-        if (z) {
-          const float zv = Traits<AT>::to_f(z[pr[r]]);
-          v *= zv / (1.f + expf(-zv));
-        }
+        if (z) v *= zv[r] / (1.f + expf(-zv[r]));
         out[pr[r]] = Traits<AT>::from_f(v);
         if (!flush) xw[pr[r]] = xraw[r];
       }
     }
   }
+  // 6. append the step's inputs to the ring (positions < w are the only ones read above: no race).
   if (!flush && chunk == 0) {
     if (threadIdx.x == 0) dtr[w] = delta;
     if (h % hpg == 0) {
@@ -270,13 +303,25 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
   }
 }
 
+bool aligned16(const void* ptr, int64_t elems, size_t esize) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (elems * int64_t(esize)) % 16 == 0;
+}
+
 template <class ST, class AT, int N, int KT>
 void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
+  using SM = ReplaySmem<AT, N, KT>;
   const PSplit sp = choose_psplit(p.step.rows, p.step.heads, p.step.headdim);
   const dim3 grid(unsigned(p.step.heads * sp.chunks), unsigned(p.step.rows));
   const dim3 block(unsigned(32 * sp.tiles_per_cta));
-  const size_t smem = size_t(kBParts) * KT * (N / 8) * 32 * sizeof(uint2);
-  replay_decode_kernel<ST, AT, N, KT><<<grid, block, smem, st>>>(p, sp.tiles_per_cta, sp.chunks);
+  const size_t smem = SM::total(16 * sp.tiles_per_cta);
+  auto* kernel = replay_decode_kernel<ST, AT, N, KT>;
+  if (smem > 48 * 1024)  // fp32 activations at L > 16: opt in to the larger carve-out (per device, so every time)
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+               "mamba2_replay_decode");
+  const size_t es = sizeof(AT);
+  const bool vec16 = aligned16(p.ring.x_ring, p.ring.xr_slot, es) && aligned16(p.ring.B_ring, p.ring.Br_slot, es) &&
+                     (int64_t(p.step.headdim) * int64_t(es)) % 16 == 0;
+  kernel<<<grid, block, smem, st>>>(p, sp.tiles_per_cta, sp.chunks, vec16);
 }
 
 }  // namespace
@@ -287,12 +332,6 @@ void mamba2_replay_decode(const Mamba2ReplayParams& p, Stream stream) {
   const int L = p.ring.ring;
   if (L < 1 || L > 32) throw Error("cache.x_ring", "the CUDA kernels support ring lengths 1..32, got " + std::to_string(L));
   check_state_alignment(p.step.state, p.step.state_slot, p.step.state_dtype, "cache.checkpoint");
-  // Known fault (issue 4, docs/results.md): compute-sanitizer finds an out-of-bounds read in the flush path
-  // (seen with bf16 activations at L = 15, 16 and 32; L = 1, 4, 8, 12 ran clean). Refuse rather than fault.
-  if (L > 12)
-    throw Error("cache.x_ring", "ring length " + std::to_string(L) +
-                                    " is disabled on CUDA until a known out-of-bounds read in the flush is fixed "
-                                    "(issue 4); use a ring length of at most 12 (8 measured best so far)");
   auto st = static_cast<cudaStream_t>(stream);
   with_float_type(p.step.state_dtype, "cache.checkpoint", [&](auto s) {
     using ST = decltype(s);

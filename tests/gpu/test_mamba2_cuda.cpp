@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "mamba2_world.hpp"
@@ -64,6 +65,27 @@ TEST(CudaMamba2Classic, GeometriesAndBatches) {
       c.geo = g; c.rows = (g.heads >= 96 && rows > 8) ? 8 : rows; c.gate = rows == 1; c.dt_f32 = true;
       run_case(c, 2, true, true);
     }
+}
+
+// The opt-in streamed schedule (bulk-copied state blocks, persistent CTAs; REPLAYSSM_CLASSIC_STREAMED=1):
+// every dtype pair, gate on, padding rows, both dstates and Nano's 5-warp headdim.
+TEST(CudaMamba2Classic, StreamedScheduleAllDtypePairs) {
+  NEED_GPU();
+  setenv("REPLAYSSM_CLASSIC_STREAMED", "1", 1);
+  struct Unset { ~Unset() { unsetenv("REPLAYSSM_CLASSIC_STREAMED"); } } unset;
+  for (DType sd : kF)
+    for (DType ad : kF) {
+      WorldConfig c;
+      c.geo = {32, 64, 128, 2}; c.sd = sd; c.ad = ad; c.L = 1; c.rows = 24; c.pad_rows = 5; c.seed = 90;
+      SCOPED_TRACE(std::string(dn(sd)) + "/" + dn(ad));
+      run_case(c, 3, true);
+    }
+  for (const Mamba2Geometry g : {Mamba2Geometry{24, 80, 128, 4}, Mamba2Geometry{40, 64, 64, 5}}) {
+    WorldConfig c;
+    c.geo = g; c.rows = 20; c.pad_rows = 3; c.seed = 91;
+    SCOPED_TRACE(g.to_string());
+    run_case(c, 3, true);
+  }
 }
 
 TEST(CudaMamba2Replay, AllDtypePairsBothRoutes) {
@@ -171,7 +193,7 @@ TEST(CudaMamba2Replay, GraphCaptureThousandsOfSteps) {
   for (int l = 0; l < layers; ++l) {
     WorldConfig c;
     c.rows = 5; c.pad_rows = 2; c.geo = {8, 64, 128, 2}; c.seed = 4000;  // same slots/cursors
-    c.L = 8;  // within what the CUDA path accepts while the flush fault is open (issue 4); L = 8 still flushes
+    c.L = 16;
     ws.push_back(std::make_unique<World>(c));
     if (l > 0) {  // fresh per-layer data, shared slots and cursor
       std::mt19937_64 r(77 + l);
@@ -242,6 +264,10 @@ TEST(CudaMamba2Replay, SanitizerSmall) {
       run_case(c, 6, false, false);
       c.L = 1;
       run_case(c, 2, true, false);
+      for (int L : {15, 16, 32}) {  // full 16-token tiles: where an out-of-bounds read was once seen (issue 4)
+        c.L = L;
+        run_case(c, L + 2, false, false);
+      }
     }
 }
 

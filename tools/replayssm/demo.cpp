@@ -241,7 +241,7 @@ void register_demo(CLI::App& app) {
     if (o->backend == "cuda" || (o->backend == "auto" && cuda_device_count() > 0)) {
       if (cuda_device_count() == 0) throw Error("--backend", "cuda was asked for, but no CUDA device is available in this build");
       dev = Device::cuda(0);
-      // The CUDA ReplaySSM decode takes L <= 12 until a known flush fault is fixed (issue 4).
+      // L = 8 measured fastest for these models on the H200 (docs/results.md); the CPU keeps 16.
       if (cmd->count("--ring") == 0) o->ring = 8;
     }
 #if defined(_OPENMP)

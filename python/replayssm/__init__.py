@@ -1,0 +1,49 @@
+"""replayssm for PyTorch: the Mamba-2 / Gated DeltaNet decode ops of libreplayssm_c.so as torch custom
+ops (replayssm.ops, torch.ops.replayssm.*), and cache helpers (replayssm.cache). See docs/python.md."""
+import ctypes
+
+from . import ops
+from ._lib import ReplaySSMError, call, lib
+from .cache import GdnReplayCaches, Mamba2ReplayCaches
+from .ops import HAS_CUSTOM_OP
+
+__version__ = lib.replayssm_version().decode()
+
+
+def built_with_cuda():
+    """True when the loaded library has the CUDA kernels."""
+    return bool(lib.replayssm_built_with_cuda())
+
+
+def library_path():
+    return lib.path
+
+
+def set_device_validation(on):
+    """Range-check CUDA index/cursor tensors on the host before each op (a device-to-host copy and a
+    sync; skipped while capturing). Off by default; also REPLAYSSM_VALIDATE_DEVICE=1."""
+    lib.replayssm_set_device_validation(int(bool(on)))
+
+
+def device_validation():
+    return bool(lib.replayssm_device_validation())
+
+
+def _preset(fn, name):
+    g = (ctypes.c_int32 * 4)()
+    call(fn, name.encode(), g)
+    return tuple(g)
+
+
+def mamba2_preset(name):
+    """(heads, headdim, dstate, groups) of a production preset, e.g. "nemotron3-super-120b"."""
+    return _preset("replayssm_mamba2_preset", name)
+
+
+def gdn_preset(name):
+    """(k_heads, v_heads, head_k_dim, head_v_dim) of a production preset, e.g. "qwen3.5-4b"."""
+    return _preset("replayssm_gdn_preset", name)
+
+
+__all__ = ["ReplaySSMError", "ops", "Mamba2ReplayCaches", "GdnReplayCaches", "HAS_CUSTOM_OP", "built_with_cuda",
+           "library_path", "set_device_validation", "device_validation", "mamba2_preset", "gdn_preset"]

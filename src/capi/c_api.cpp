@@ -1,0 +1,87 @@
+// Library-level C functions (version, backend, errors, presets), the cursor ops and load_checkpoint.
+#include <cstring>
+
+#include "capi/boundary.hpp"
+#include "replayssm/backend.hpp"
+#include "replayssm/cursor.hpp"
+#include "replayssm/geometry.hpp"
+#include "replayssm/serving/slot_manager.hpp"
+
+#ifndef REPLAYSSM_VERSION_STRING
+#define REPLAYSSM_VERSION_STRING "unknown"
+#endif
+
+namespace replayssm::capi {
+
+namespace {
+thread_local std::string t_message, t_argument;
+}
+
+int set_error(int code, const char* message, const char* argument) noexcept {
+  try {
+    t_message = message;
+    t_argument = argument;
+  } catch (...) {  // out of memory for the message: keep the code
+  }
+  return code;
+}
+
+}  // namespace replayssm::capi
+
+using namespace replayssm;
+using capi::guarded;
+using capi::view;
+
+extern "C" {
+
+const char* replayssm_version(void) { return REPLAYSSM_VERSION_STRING; }
+int replayssm_c_abi_version(void) { return REPLAYSSM_C_ABI_VERSION; }
+int replayssm_built_with_cuda(void) { return built_with_cuda() ? 1 : 0; }
+int replayssm_cuda_device_count(void) {
+  int n = 0;
+  return guarded([&] { n = cuda_device_count(); }) == REPLAYSSM_OK ? n : 0;
+}
+void replayssm_set_device_validation(int on) { set_device_validation(on != 0); }
+int replayssm_device_validation(void) { return device_validation() ? 1 : 0; }
+const char* replayssm_last_error(void) { return capi::t_message.c_str(); }
+const char* replayssm_last_error_argument(void) { return capi::t_argument.c_str(); }
+
+int replayssm_mamba2_preset(const char* name, int32_t geometry[4]) {
+  return guarded([&] {
+    if (!name || !geometry) throw Error("name", "name and geometry must not be null");
+    const Mamba2Geometry g = find_mamba2_preset(name).geo;
+    const int32_t v[4] = {g.heads, g.headdim, g.dstate, g.groups};
+    std::memcpy(geometry, v, sizeof v);
+  });
+}
+
+int replayssm_gdn_preset(const char* name, int32_t geometry[4]) {
+  return guarded([&] {
+    if (!name || !geometry) throw Error("name", "name and geometry must not be null");
+    const GdnGeometry g = find_gdn_preset(name).geo;
+    const int32_t v[4] = {g.k_heads, g.v_heads, g.head_k_dim, g.head_v_dim};
+    std::memcpy(geometry, v, sizeof v);
+  });
+}
+
+int replayssm_advance_cursors(const DLTensor* cursor, const DLTensor* slot_idx, int ring_len, void* stream) {
+  return guarded([&] { advance_cursors(view(cursor, "cursor"), view(slot_idx, "slot_idx"), ring_len, stream); });
+}
+
+int replayssm_commit_cursors(const DLTensor* cursor, const DLTensor* slot_idx, const DLTensor* num_accepted,
+                             const DLTensor* query_start_loc, int history, int window, void* stream) {
+  return guarded([&] {
+    commit_cursors(view(cursor, "cursor"), view(slot_idx, "slot_idx"), view(num_accepted, "num_accepted"),
+                   view(query_start_loc, "query_start_loc"), SpecConfig{history, window}, stream);
+  });
+}
+
+int replayssm_reset_cursors(const DLTensor* cursor, const DLTensor* slot_idx, void* stream) {
+  return guarded([&] { reset_cursors(view(cursor, "cursor"), view(slot_idx, "slot_idx"), stream); });
+}
+
+int replayssm_load_checkpoint(const DLTensor* checkpoint, int slot, const DLTensor* state) {
+  return guarded([&] { serving::load_checkpoint(view(checkpoint, "checkpoint"), slot, view(state, "state")); });
+}
+
+}  // extern "C"

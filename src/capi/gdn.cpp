@@ -1,0 +1,84 @@
+// C entry points of the Gated DeltaNet ops: DLTensors -> the C++ argument structs, under the exception barrier.
+#include "capi/boundary.hpp"
+#include "replayssm/gdn.hpp"
+
+using namespace replayssm;
+using capi::guarded;
+using capi::view;
+
+namespace {
+
+gdn::TokenInputs inputs(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* a,
+                        const DLTensor* b) {
+  return {view(q, "in.q"), view(k, "in.k"), view(v, "in.v"), view(a, "in.a"), view(b, "in.b")};
+}
+
+gdn::Weights weights(const DLTensor* A_log, const DLTensor* dt_bias, float scale, int qk_l2norm) {
+  return {view(A_log, "w.A_log"), view(dt_bias, "w.dt_bias"), scale, qk_l2norm != 0};
+}
+
+}  // namespace
+
+extern "C" {
+
+int replayssm_gdn_decode(int k_heads, int v_heads, int head_k_dim, int head_v_dim, const DLTensor* q,
+                         const DLTensor* k, const DLTensor* v, const DLTensor* a, const DLTensor* b,
+                         const DLTensor* A_log, const DLTensor* dt_bias, float scale, int qk_l2norm,
+                         const DLTensor* state, const DLTensor* slot_idx, const DLTensor* out, void* stream) {
+  return guarded([&] {
+    gdn::decode({{k_heads, v_heads, head_k_dim, head_v_dim}, inputs(q, k, v, a, b),
+                 weights(A_log, dt_bias, scale, qk_l2norm), view(state, "state"), view(slot_idx, "slot_idx"),
+                 view(out, "out")},
+                stream);
+  });
+}
+
+int replayssm_gdn_replay_decode(int k_heads, int v_heads, int head_k_dim, int head_v_dim, const DLTensor* q,
+                                const DLTensor* k, const DLTensor* v, const DLTensor* a, const DLTensor* b,
+                                const DLTensor* A_log, const DLTensor* dt_bias, float scale, int qk_l2norm,
+                                const DLTensor* checkpoint, const DLTensor* d_ring, const DLTensor* k_ring,
+                                const DLTensor* g_ring, const DLTensor* cursor, const DLTensor* slot_idx,
+                                const DLTensor* out, void* stream) {
+  return guarded([&] {
+    gdn::ReplayCache cache{view(checkpoint, "cache.checkpoint"), view(d_ring, "cache.d_ring"),
+                           view(k_ring, "cache.k_ring"), view(g_ring, "cache.g_ring"), view(cursor, "cache.cursor")};
+    gdn::replay_decode({{k_heads, v_heads, head_k_dim, head_v_dim}, inputs(q, k, v, a, b),
+                        weights(A_log, dt_bias, scale, qk_l2norm), cache, view(slot_idx, "slot_idx"),
+                        view(out, "out")},
+                       stream);
+  });
+}
+
+int replayssm_gdn_spec_verify(int k_heads, int v_heads, int head_k_dim, int head_v_dim, int history, int window,
+                              const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* a,
+                              const DLTensor* b, const DLTensor* A_log, const DLTensor* dt_bias, float scale,
+                              int qk_l2norm, const DLTensor* checkpoint, const DLTensor* d_ring,
+                              const DLTensor* k_ring, const DLTensor* g_ring, const DLTensor* cursor,
+                              const DLTensor* slot_idx, const DLTensor* query_start_loc, const DLTensor* out,
+                              void* stream) {
+  return guarded([&] {
+    gdn::SpecCache cache{view(checkpoint, "cache.checkpoint"), view(d_ring, "cache.d_ring"),
+                         view(k_ring, "cache.k_ring"), view(g_ring, "cache.g_ring"), view(cursor, "cache.cursor")};
+    gdn::spec_verify({{k_heads, v_heads, head_k_dim, head_v_dim}, SpecConfig{history, window}, inputs(q, k, v, a, b),
+                      weights(A_log, dt_bias, scale, qk_l2norm), cache, view(slot_idx, "slot_idx"),
+                      view(query_start_loc, "query_start_loc"), view(out, "out")},
+                     stream);
+  });
+}
+
+int replayssm_gdn_classic_spec_decode(int k_heads, int v_heads, int head_k_dim, int head_v_dim, int window,
+                                      const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* a,
+                                      const DLTensor* b, const DLTensor* A_log, const DLTensor* dt_bias, float scale,
+                                      int qk_l2norm, const DLTensor* state, const DLTensor* state_indices,
+                                      const DLTensor* num_accepted, const DLTensor* query_start_loc,
+                                      const DLTensor* out, void* stream) {
+  return guarded([&] {
+    gdn::classic_spec_decode({{k_heads, v_heads, head_k_dim, head_v_dim}, window, inputs(q, k, v, a, b),
+                              weights(A_log, dt_bias, scale, qk_l2norm), view(state, "state"),
+                              view(state_indices, "state_indices"), view(num_accepted, "num_accepted"),
+                              view(query_start_loc, "query_start_loc"), view(out, "out")},
+                             stream);
+  });
+}
+
+}  // extern "C"

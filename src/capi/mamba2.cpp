@@ -1,0 +1,87 @@
+// C entry points of the Mamba-2 ops: DLTensors -> the C++ argument structs, under the exception barrier.
+#include "capi/boundary.hpp"
+#include "replayssm/mamba2.hpp"
+
+using namespace replayssm;
+using capi::guarded;
+using capi::view;
+
+namespace {
+
+mamba2::TokenInputs inputs(const DLTensor* x, const DLTensor* dt, const DLTensor* B, const DLTensor* C,
+                           const DLTensor* z) {
+  return {view(x, "in.x"), view(dt, "in.dt"), view(B, "in.B"), view(C, "in.C"), view(z, "in.z")};
+}
+
+mamba2::Weights weights(const DLTensor* A, const DLTensor* dt_bias, const DLTensor* D, int dt_softplus) {
+  return {view(A, "w.A"), view(dt_bias, "w.dt_bias"), view(D, "w.D"), dt_softplus != 0};
+}
+
+}  // namespace
+
+extern "C" {
+
+int replayssm_mamba2_decode(int heads, int headdim, int dstate, int groups, const DLTensor* x, const DLTensor* dt,
+                            const DLTensor* B, const DLTensor* C, const DLTensor* z, const DLTensor* A,
+                            const DLTensor* dt_bias, const DLTensor* D, int dt_softplus, const DLTensor* state,
+                            const DLTensor* slot_idx, const DLTensor* out, void* stream) {
+  return guarded([&] {
+    mamba2::decode({{heads, headdim, dstate, groups}, inputs(x, dt, B, C, z), weights(A, dt_bias, D, dt_softplus),
+                    view(state, "state"), view(slot_idx, "slot_idx"), view(out, "out")},
+                   stream);
+  });
+}
+
+int replayssm_mamba2_replay_decode(int heads, int headdim, int dstate, int groups, int route, const DLTensor* x,
+                                   const DLTensor* dt, const DLTensor* B, const DLTensor* C, const DLTensor* z,
+                                   const DLTensor* A, const DLTensor* dt_bias, const DLTensor* D, int dt_softplus,
+                                   const DLTensor* checkpoint, const DLTensor* x_ring, const DLTensor* dt_ring,
+                                   const DLTensor* B_ring, const DLTensor* cursor, const DLTensor* slot_idx,
+                                   const DLTensor* out, void* stream) {
+  return guarded([&] {
+    if (route != 0 && route != 1) throw Error("route", "must be 0 (output_only) or 1 (state_and_output)");
+    mamba2::ReplayCache cache{view(checkpoint, "cache.checkpoint"), view(x_ring, "cache.x_ring"),
+                              view(dt_ring, "cache.dt_ring"), view(B_ring, "cache.B_ring"),
+                              view(cursor, "cache.cursor")};
+    mamba2::replay_decode({{heads, headdim, dstate, groups}, inputs(x, dt, B, C, z),
+                           weights(A, dt_bias, D, dt_softplus), cache, view(slot_idx, "slot_idx"), view(out, "out"),
+                           route == 0 ? mamba2::Route::output_only : mamba2::Route::state_and_output},
+                          stream);
+  });
+}
+
+int replayssm_mamba2_spec_verify(int heads, int headdim, int dstate, int groups, int history, int window,
+                                 const DLTensor* x, const DLTensor* dt, const DLTensor* B, const DLTensor* C,
+                                 const DLTensor* z, const DLTensor* A, const DLTensor* dt_bias, const DLTensor* D,
+                                 int dt_softplus, const DLTensor* checkpoint, const DLTensor* x_ring,
+                                 const DLTensor* dt_ring, const DLTensor* B_ring, const DLTensor* cursor,
+                                 const DLTensor* slot_idx, const DLTensor* query_start_loc, const DLTensor* out,
+                                 void* stream) {
+  return guarded([&] {
+    mamba2::SpecCache cache{view(checkpoint, "cache.checkpoint"), view(x_ring, "cache.x_ring"),
+                            view(dt_ring, "cache.dt_ring"), view(B_ring, "cache.B_ring"),
+                            view(cursor, "cache.cursor")};
+    mamba2::spec_verify({{heads, headdim, dstate, groups}, SpecConfig{history, window}, inputs(x, dt, B, C, z),
+                         weights(A, dt_bias, D, dt_softplus), cache, view(slot_idx, "slot_idx"),
+                         view(query_start_loc, "query_start_loc"), view(out, "out")},
+                        stream);
+  });
+}
+
+int replayssm_mamba2_classic_spec_decode(int heads, int headdim, int dstate, int groups, int window,
+                                         const DLTensor* x, const DLTensor* dt, const DLTensor* B,
+                                         const DLTensor* C, const DLTensor* z, const DLTensor* A,
+                                         const DLTensor* dt_bias, const DLTensor* D, int dt_softplus,
+                                         const DLTensor* state, const DLTensor* state_indices,
+                                         const DLTensor* num_accepted, const DLTensor* query_start_loc,
+                                         const DLTensor* out, void* stream) {
+  return guarded([&] {
+    mamba2::classic_spec_decode({{heads, headdim, dstate, groups}, window, inputs(x, dt, B, C, z),
+                                 weights(A, dt_bias, D, dt_softplus), view(state, "state"),
+                                 view(state_indices, "state_indices"), view(num_accepted, "num_accepted"),
+                                 view(query_start_loc, "query_start_loc"), view(out, "out")},
+                                stream);
+  });
+}
+
+}  // extern "C"

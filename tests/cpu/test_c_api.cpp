@@ -1,0 +1,118 @@
+// The C ABI (libreplayssm_c.so) on CPU memory: a classic Mamba-2 step through DLTensors agrees with
+// the C++ op on the same data, cursor ops work, and errors come back as codes with the C++ message
+// naming the argument, with nothing written.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "replayssm/c_api.h"
+#include "replayssm/dlpack.hpp"
+#include "replayssm/replayssm.hpp"
+
+namespace {
+
+// A dense host tensor and its DLTensor descriptor.
+template <class T>
+struct Dl {
+  std::vector<T> data;
+  std::vector<int64_t> shape;
+  DLTensor t{};
+  Dl(std::vector<int64_t> shp, DLDataType dtype, T fill = T(0)) : shape(std::move(shp)) {
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    data.assign(size_t(n), fill);
+    t.data = data.data();
+    t.device = {kDLCPU, 0};
+    t.ndim = int32_t(shape.size());
+    t.dtype = dtype;
+    t.shape = shape.data();
+    t.strides = nullptr;  // row-major
+  }
+  replayssm::TensorView view() const { return replayssm::from_dlpack(t); }
+};
+constexpr DLDataType kF32{kDLFloat, 32, 1};
+constexpr DLDataType kI32{kDLInt, 32, 1};
+
+struct Step {
+  static constexpr int H = 4, P = 8, N = 16, G = 2, rows = 2, slots = 3;
+  Dl<float> x{{rows, H, P}, kF32}, dt{{rows, H}, kF32}, B{{rows, G, N}, kF32}, C{{rows, G, N}, kF32};
+  Dl<float> A{{H}, kF32}, state{{slots, H, P, N}, kF32}, out{{rows, H, P}, kF32, -7.f};
+  Dl<int32_t> slot_idx{{rows}, kI32};
+  Step() {
+    auto fill = [](std::vector<float>& v, float scale) {
+      for (size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int((i * 7919) % 23) - 11) / 11.f;
+    };
+    fill(x.data, 1.f); fill(dt.data, 1.f); fill(B.data, 1.f); fill(C.data, 1.f); fill(state.data, 0.5f);
+    for (float& a : A.data) a = -0.5f;
+    slot_idx.data = {2, -1};
+  }
+  int run_c(const DLTensor* bad_B = nullptr) {
+    return replayssm_mamba2_decode(H, P, N, G, &x.t, &dt.t, bad_B ? bad_B : &B.t, &C.t, nullptr, &A.t, nullptr,
+                                   nullptr, 1, &state.t, &slot_idx.t, &out.t, nullptr);
+  }
+};
+
+}  // namespace
+
+TEST(CApi, LibraryInfo) {
+  EXPECT_STREQ(replayssm_version(), "0.1.0");
+  EXPECT_EQ(replayssm_c_abi_version(), REPLAYSSM_C_ABI_VERSION);
+  EXPECT_EQ(replayssm_built_with_cuda(), replayssm::built_with_cuda() ? 1 : 0);
+  int32_t g[4] = {};
+  ASSERT_EQ(replayssm_mamba2_preset("nemotron3-super-120b", g), REPLAYSSM_OK);
+  EXPECT_EQ(std::vector<int32_t>(g, g + 4), (std::vector<int32_t>{128, 64, 128, 8}));
+  EXPECT_EQ(replayssm_gdn_preset("no-such-model", g), REPLAYSSM_ERROR);
+  EXPECT_NE(std::string(replayssm_last_error()).find("qwen3.5-4b"), std::string::npos);
+}
+
+TEST(CApi, Mamba2DecodeMatchesTheCppOp) {
+  Step c, cpp;
+  ASSERT_EQ(c.run_c(), REPLAYSSM_OK) << replayssm_last_error();
+  replayssm::mamba2::decode({{Step::H, Step::P, Step::N, Step::G},
+                             {cpp.x.view(), cpp.dt.view(), cpp.B.view(), cpp.C.view(), {}},
+                             {cpp.A.view(), {}, {}, true},
+                             cpp.state.view(),
+                             cpp.slot_idx.view(),
+                             cpp.out.view()});
+  EXPECT_EQ(c.out.data, cpp.out.data);
+  EXPECT_EQ(c.state.data, cpp.state.data);
+  EXPECT_EQ(c.out.data[Step::H * Step::P], -7.f);  // padding row untouched
+}
+
+TEST(CApi, ErrorsNameTheArgumentAndWriteNothing) {
+  Step s;
+  Dl<float> bad_B({Step::rows, Step::G, Step::N + 1}, kF32);
+  const auto state0 = s.state.data, out0 = s.out.data;
+  EXPECT_EQ(s.run_c(&bad_B.t), REPLAYSSM_ERROR);
+  EXPECT_STREQ(replayssm_last_error_argument(), "in.B");
+  EXPECT_EQ(std::string(replayssm_last_error()).rfind("in.B: ", 0), 0u) << replayssm_last_error();
+  EXPECT_EQ(s.state.data, state0);
+  EXPECT_EQ(s.out.data, out0);
+
+  // An unsupported DLPack dtype is reported by the tensor's name, and a missing tensor as missing.
+  Dl<float> f32_slots({Step::rows}, kF32);
+  EXPECT_EQ(replayssm_reset_cursors(&f32_slots.t, &s.slot_idx.t, nullptr), REPLAYSSM_ERROR);
+  EXPECT_STREQ(replayssm_last_error_argument(), "cursor");
+  DLTensor complex_t = s.slot_idx.t;
+  complex_t.dtype = DLDataType{kDLComplex, 64, 1};
+  EXPECT_EQ(replayssm_advance_cursors(&s.slot_idx.t, &complex_t, 8, nullptr), REPLAYSSM_ERROR);
+  EXPECT_NE(std::string(replayssm_last_error()).find("slot_idx: unsupported DLPack dtype"), std::string::npos);
+  EXPECT_EQ(replayssm_advance_cursors(nullptr, &s.slot_idx.t, 8, nullptr), REPLAYSSM_ERROR);
+  EXPECT_NE(std::string(replayssm_last_error()).find("is required"), std::string::npos);
+}
+
+TEST(CApi, CursorOps) {
+  Dl<int32_t> cursor({4}, kI32), slots({2}, kI32);
+  cursor.data = {0, 7, 3, 1};
+  slots.data = {1, 2};
+  ASSERT_EQ(replayssm_advance_cursors(&cursor.t, &slots.t, 8, nullptr), REPLAYSSM_OK);
+  EXPECT_EQ(cursor.data, (std::vector<int32_t>{0, 0, 4, 1}));
+  ASSERT_EQ(replayssm_reset_cursors(&cursor.t, &slots.t, nullptr), REPLAYSSM_OK);
+  EXPECT_EQ(cursor.data, (std::vector<int32_t>{0, 0, 0, 1}));
+  cursor.data[3] = 9;  // out of range for L = 8
+  slots.data = {3, -1};
+  EXPECT_EQ(replayssm_advance_cursors(&cursor.t, &slots.t, 8, nullptr), REPLAYSSM_ERROR);
+  EXPECT_EQ(cursor.data[3], 9);
+}

@@ -1,0 +1,369 @@
+"""Gated DeltaNet ops through the PyTorch binding, against the float64 gated delta rule written below:
+classic decode, ReplaySSM decode (float32 and activation-dtype rings), speculative verify + commit
+with random acceptance, the classic speculative path, bad input, CUDA-graph capture on a GPU."""
+import math
+
+import pytest
+import torch
+
+import replayssm
+from conftest import (DTYPE_PAIRS, SENTINEL, SHORT, assert_unchanged, cuda_only, distinct_slots, int32, out_tol, pair_id,
+                      rel_err, rounded, skip_unsupported, snapshot, state_tol, uniform)
+from replayssm import ReplaySSMError, ops
+
+# ---------------- the float64 truth ----------------
+
+
+def softplus(u):
+    return torch.where(u > 20, u, torch.log1p(torch.exp(u)))
+
+
+def gdn_token(S, t, w, update_round=torch.float64):
+    """One token per row through states S [n, HV, V, K] ("K-last"); t holds float64 q, k [n, H, K],
+    v [n, HV, V], a, b [n, HV]. Returns the new states and o [n, HV, V]:
+      g = -exp(A_log) softplus(a + dt_bias), alpha = exp(g), beta = sigmoid(b);
+      q, k L2-normalised (eps 1e-6 inside the sqrt), q *= scale;
+      d = beta (v - alpha S k);  S = alpha S + d k^T;  o = S q.
+    update_round: d and k rounded where they enter the state (a ReplaySSM ring of that dtype keeps
+    them so), not in this token's own output."""
+    HV, K = S.shape[1], S.shape[3]
+    q, k = t["q"].repeat_interleave(HV // t["q"].shape[1], 1), t["k"].repeat_interleave(HV // t["k"].shape[1], 1)
+    if w["qk_l2norm"]:
+        q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)
+        k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+    q = q * (w["scale"] or 1.0 / math.sqrt(K))
+    alpha = torch.exp(-torch.exp(w["A_log"]) * softplus(t["a"] + w["dt_bias"]))[..., None]
+    beta = torch.sigmoid(t["b"])[..., None]
+    d = beta * (t["v"] - alpha * torch.einsum("nhvk,nhk->nhv", S, k))
+    o = alpha * torch.einsum("nhvk,nhk->nhv", S, q) + d * (k * q).sum(-1, keepdim=True)
+    S = alpha[..., None] * S + rounded(d, update_round)[..., None] * rounded(k, update_round)[:, :, None, :]
+    return S, o
+
+
+# ---------------- a problem ----------------
+
+Q4B, Q122B = replayssm.gdn_preset("qwen3.5-4b"), replayssm.gdn_preset("qwen3.5-122b-a10b")
+
+
+def gdn_shard(geo, tp):
+    return geo[0] // tp, geo[1] // tp, geo[2], geo[3]
+
+
+GEOMETRIES = {"qwen3.5-4b/tp4": gdn_shard(Q4B, 4), "qwen3.5-122b/tp8": gdn_shard(Q122B, 8)}
+
+
+class World:
+    def __init__(self, geo, state_dtype, act_dtype, device, rows=4, slots=7, padding=1, seed=0, ring_dtype=None,
+                 out_f32=False, scale=0.0):
+        self.geo, self.state_dtype, self.act_dtype, self.device = geo, state_dtype, act_dtype, device
+        self.ring_dtype = ring_dtype or torch.float32
+        self.gen = g = torch.Generator().manual_seed(seed)
+        H, HV, K, V = geo
+        A_log = uniform(g, [HV], 0, math.log(16)).float()
+        dt_bias = torch.log(torch.expm1(torch.exp(uniform(g, [HV], math.log(1e-3), math.log(0.1))))).float()
+        self.w = {"A_log": A_log.to(device), "dt_bias": dt_bias.to(device)}
+        self.w64 = {"A_log": A_log.double(), "dt_bias": dt_bias.double(), "scale": scale, "qk_l2norm": True}
+        self.scale, self.out_dtype = scale, torch.float32 if out_f32 else act_dtype
+        self.rows, self.slots = rows, slots
+        self.slot_of_row = distinct_slots(g, rows, slots, padding)
+        self.slot_idx = int32(self.slot_of_row, device)
+        self.live = [r for r in range(rows) if self.slot_of_row[r] >= 0]
+        self.live_slots = [self.slot_of_row[r] for r in self.live]
+        self.ref = rounded(uniform(g, [slots, HV, V, K], -0.5, 0.5), state_dtype)
+
+    @property
+    def update_round(self):
+        return self.ring_dtype if self.ring_dtype != torch.float32 else torch.float64
+
+    def tokens(self, n):
+        """q, k, v as views into one packed [n, q | k | v] projection row; a, b in float32 [n, HV]."""
+        H, HV, K, V = self.geo
+        g = self.gen
+        qkv = uniform(g, [n, 2 * H * K + HV * V], -1, 1).to(self.act_dtype)
+        a, b = uniform(g, [n, HV], -2, 2).float(), uniform(g, [n, HV], -3, 3).float()
+        dev, ref = qkv.to(self.device, copy=True), qkv.double()
+        cuts = {"q": (0, H * K, (H, K)), "k": (H * K, 2 * H * K, (H, K)), "v": (2 * H * K, 2 * H * K + HV * V, (HV, V))}
+        tok = {name: dev[:, lo:hi].view(n, *shape) for name, (lo, hi, shape) in cuts.items()}
+        t64 = {name: ref[:, lo:hi].view(n, *shape) for name, (lo, hi, shape) in cuts.items()}
+        tok.update(a=a.to(self.device), b=b.to(self.device))
+        t64.update(a=a.double(), b=b.double())
+        return tok, t64
+
+    def out(self, n):
+        H, HV, K, V = self.geo
+        return torch.full((n, HV, V), SENTINEL, dtype=self.out_dtype, device=self.device)
+
+    def args(self, tok):
+        return (tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], self.w["A_log"], self.w["dt_bias"])
+
+    def caches(self, **mode):
+        c = replayssm.GdnReplayCaches(1, self.slots, *self.geo, state_dtype=self.state_dtype,
+                                      ring_dtype=self.ring_dtype, device=self.device, **mode)
+        c.layers[0]["checkpoint"].copy_(self.ref)
+        for name in ("d_ring", "k_ring", "g_ring"):
+            c.layers[0][name].fill_(float("nan"))
+        return c
+
+    def tol(self):
+        return out_tol(self.state_dtype, self.act_dtype, self.ring_dtype)
+
+
+def sel(t64, rows):
+    return {k: v[rows] for k, v in t64.items()}
+
+
+def pad_rows(wd):
+    return [r for r in range(wd.rows) if r not in wd.live]
+
+
+def check_padding(out, tokens):
+    if tokens:
+        assert bool((out[tokens] == SENTINEL).all()), "a padding row's out was written"
+
+
+# ---------------- classic decode ----------------
+
+
+@pytest.mark.parametrize("geo", list(GEOMETRIES), ids=str)
+@pytest.mark.parametrize("pair", DTYPE_PAIRS, ids=pair_id)
+def test_decode(device, geo, pair):
+    skip_unsupported(device, pair)
+    wd = World(GEOMETRIES[geo], *pair, device, out_f32=pair[1] == torch.bfloat16, scale=0.1 if pair[0] == pair[1] else 0)
+    state = wd.ref.to(pair[0]).to(device, copy=True)
+    unused = [s for s in range(wd.slots) if s not in wd.live_slots]
+    state_unused = state[unused].clone()
+    for _ in range(3):
+        tok, t64 = wd.tokens(wd.rows)
+        out = wd.out(wd.rows)
+        ops.gdn_decode(*wd.args(tok), state, wd.slot_idx, out, scale=wd.scale)
+        S, o = gdn_token(wd.ref[wd.live_slots], sel(t64, wd.live), wd.w64)
+        wd.ref[wd.live_slots] = rounded(S, pair[0])
+        assert rel_err(out[wd.live], o) <= wd.tol()
+        check_padding(out, pad_rows(wd))
+    assert rel_err(state[wd.live_slots], wd.ref[wd.live_slots]) <= state_tol(pair[0])
+    assert torch.equal(state[unused], state_unused)
+
+
+# ---------------- ReplaySSM standard decode ----------------
+
+
+def run_replay(wd, L, steps, step_fn=None):
+    c = wd.caches(ring_len=L)
+    if step_fn is None:
+        def step_fn(tok, out, c):
+            ops.gdn_replay_decode(*wd.args(tok), **c.layer(0), slot_idx=wd.slot_idx, out=out, scale=wd.scale)
+            c.advance(wd.slot_idx)
+    w = {s: 0 for s in wd.live_slots}
+    errs, ckpt_err, flushes = [], 0.0, 0
+    for _ in range(steps):
+        tok, t64 = wd.tokens(wd.rows)
+        out = wd.out(wd.rows)
+        step_fn(tok, out, c)
+        S, o = gdn_token(wd.ref[wd.live_slots], sel(t64, wd.live), wd.w64, wd.update_round)
+        wd.ref[wd.live_slots] = S
+        errs.append(rel_err(out[wd.live], o))
+        check_padding(out, pad_rows(wd))
+        for s in wd.live_slots:
+            if w[s] == L - 1:
+                wd.ref[s] = rounded(wd.ref[s], wd.state_dtype)
+                ckpt_err = max(ckpt_err, rel_err(c.layers[0]["checkpoint"][s], wd.ref[s]))
+                flushes += 1
+            w[s] = (w[s] + 1) % L
+        assert c.cursor[wd.live_slots].tolist() == [w[s] for s in wd.live_slots]
+    return errs, ckpt_err, flushes
+
+
+# Rings in float32 for every pair, and in the activation dtype where that is 16-bit.
+RING_CASES = [(p, torch.float32) for p in DTYPE_PAIRS] + [(p, p[1]) for p in DTYPE_PAIRS
+                                                          if p[1] in (torch.bfloat16, torch.float16)]
+
+
+@pytest.mark.parametrize("geo", list(GEOMETRIES), ids=str)
+@pytest.mark.parametrize("pair,ring", RING_CASES, ids=[f"{pair_id(p)}-ring_{SHORT[r]}" for p, r in RING_CASES])
+def test_replay_decode(device, geo, pair, ring):
+    skip_unsupported(device, pair)
+    wd = World(GEOMETRIES[geo], *pair, device, seed=1, ring_dtype=ring)
+    L = 8
+    errs, ckpt_err, flushes = run_replay(wd, L, 2 * L + 3)
+    assert max(errs) <= wd.tol()
+    assert ckpt_err <= state_tol(pair[0], wd.ring_dtype) and flushes == 2 * len(wd.live_slots)
+
+
+def test_replay_decode_1000_steps_error_does_not_grow(device):
+    wd = World((1, 2, 128, 128), torch.float32, torch.float32, device, rows=3, slots=4, seed=2)
+    errs, ckpt_err, flushes = run_replay(wd, 8, 1000)
+    first, last = max(errs[:100]), max(errs[-100:])
+    assert max(errs) <= wd.tol()
+    assert last <= 2 * first + 1e-6, f"error grew: first 100 steps {first:.3g}, last 100 {last:.3g}"
+    assert flushes == 125 * len(wd.live_slots)
+
+
+# ---------------- ReplaySSM speculative verify + commit ----------------
+
+
+def run_spec(wd, history, window, steps, full_windows=False, verify_fn=None, commit_fn=None):
+    c = wd.caches(history=history, window=window)
+    R, T = c.ring_len, window
+    if verify_fn is None:
+        def verify_fn(tok, qsl, out, c):
+            ops.gdn_spec_verify(*wd.args(tok), **c.layer(0), slot_idx=wd.slot_idx, query_start_loc=qsl, out=out,
+                                history=history, window=window, scale=wd.scale)
+    if commit_fn is None:
+        def commit_fn(acc, qsl, c):
+            c.commit(wd.slot_idx, acc, qsl)
+    hw, ho = {s: 0 for s in wd.live_slots}, {s: 0 for s in wd.live_slots}
+    errs = []
+    for _ in range(steps):
+        n = [T if full_windows else int(torch.randint(1 if s >= 0 else 0, T + 1, (1,), generator=wd.gen))
+             for s in wd.slot_of_row]
+        qsl = [0]
+        for k in n:
+            qsl.append(qsl[-1] + k)
+        tok, t64 = wd.tokens(qsl[-1])
+        out = wd.out(qsl[-1])
+        qsl_t = int32(qsl, wd.device)
+        verify_fn(tok, qsl_t, out, c)
+        acc, worst, pad_tokens = [0] * wd.rows, 0.0, []
+        for r, s in enumerate(wd.slot_of_row):
+            toks = list(range(qsl[r], qsl[r + 1]))
+            if s < 0:
+                pad_tokens += toks
+                continue
+            flush = hw[s] + 2 * window > history + window
+            if flush and hw[s] > 0:
+                wd.ref[s] = rounded(wd.ref[s], wd.state_dtype)
+            S, after, outs = wd.ref[s:s + 1], [], []
+            for t in toks:
+                S, o = gdn_token(S, sel(t64, [t]), wd.w64, wd.update_round)
+                after.append(S)
+                outs.append(o)
+            worst = max(worst, rel_err(out[toks], torch.cat(outs)))
+            k = int(torch.randint(1, len(toks) + 1, (1,), generator=wd.gen))
+            acc[r] = k
+            wd.ref[s] = after[k - 1][0]
+            if flush:
+                ho[s], hw[s] = (ho[s] + hw[s]) % R, k
+            else:
+                hw[s] += k
+        errs.append(worst)
+        check_padding(out, pad_tokens)
+        commit_fn(int32(acc, wd.device), qsl_t, c)
+        assert c.cursor[wd.live_slots].tolist() == [[hw[s], ho[s]] for s in wd.live_slots]
+    return errs
+
+
+@pytest.mark.parametrize("geo", list(GEOMETRIES), ids=str)
+@pytest.mark.parametrize("pair,ring", [((torch.float32, torch.float32), torch.float32),
+                                       ((torch.float32, torch.bfloat16), torch.float32),
+                                       ((torch.bfloat16, torch.bfloat16), torch.bfloat16)],
+                         ids=["f32/f32", "f32/bf16", "bf16/bf16-bf16ring"])
+def test_spec_verify_random_acceptance(device, geo, pair, ring):
+    wd = World(GEOMETRIES[geo], *pair, device, seed=3, ring_dtype=ring)
+    errs = run_spec(wd, history=8, window=4, steps=30)
+    assert max(errs) <= wd.tol()
+
+
+# ---------------- classic speculative path ----------------
+
+
+def test_classic_spec_decode(device):
+    T, steps = 4, 10
+    wd = World(GEOMETRIES["qwen3.5-4b/tp4"], torch.float32, torch.bfloat16, device, rows=3, slots=3 * T + 1, seed=4)
+    state = wd.ref.float().to(device, copy=True)
+    perm = torch.randperm(wd.slots, generator=wd.gen).tolist()
+    si = [[perm[r * T + t] for t in range(T)] if s >= 0 else [-1] * T for r, s in enumerate(wd.slot_of_row)]
+    si_t = int32(si, device)
+    na = [1] * wd.rows
+    for _ in range(steps):
+        n = [int(torch.randint(1 if s >= 0 else 0, T + 1, (1,), generator=wd.gen)) for s in wd.slot_of_row]
+        qsl = [0]
+        for k in n:
+            qsl.append(qsl[-1] + k)
+        tok, t64 = wd.tokens(qsl[-1])
+        out = wd.out(qsl[-1])
+        ops.gdn_classic_spec_decode(*wd.args(tok), state, si_t, int32(na, device), int32(qsl, device), out)
+        for r, s in enumerate(wd.slot_of_row):
+            if s < 0:
+                check_padding(out, list(range(qsl[r], qsl[r + 1])))
+                continue
+            S = wd.ref[si[r][na[r] - 1]][None]
+            for j, t in enumerate(range(qsl[r], qsl[r + 1])):
+                S, o = gdn_token(S, sel(t64, [t]), wd.w64)
+                S = rounded(S, torch.float32)  # the GDN window carries the stored (rounded) state
+                assert rel_err(out[t:t + 1], o) <= wd.tol()
+                wd.ref[si[r][j]] = S[0]
+                assert rel_err(state[si[r][j]], wd.ref[si[r][j]]) <= state_tol(torch.float32)
+            na[r] = int(torch.randint(1, n[r] + 1, (1,), generator=wd.gen))
+
+
+# ---------------- bad input ----------------
+
+
+def test_bad_input_raises_with_the_argument_and_writes_nothing(device):
+    wd = World(GEOMETRIES["qwen3.5-4b/tp4"], torch.float32, torch.bfloat16, device, seed=5)
+    c = wd.caches(history=8, window=4)
+    T = 4
+    tok, _ = wd.tokens(wd.rows * T)
+    out = wd.out(wd.rows * T)
+    qsl = int32([r * T for r in range(wd.rows + 1)], device)
+    good = dict(q=tok["q"], k=tok["k"], v=tok["v"], a=tok["a"], b=tok["b"], A_log=wd.w["A_log"],
+                dt_bias=wd.w["dt_bias"], **c.layer(0), slot_idx=wd.slot_idx, query_start_loc=qsl, out=out,
+                history=8, window=T)
+    written = [c.layers[0][n] for n in ("checkpoint", "d_ring", "k_ring", "g_ring")] + [c.cursor, out]
+    H, HV, K, V = wd.geo
+    long_qsl = int32([0, T + 1] + [r * T for r in range(2, wd.rows + 1)], device)
+    cases = [
+        ("in.k", dict(k=tok["k"][..., :K // 2])),
+        ("in.v", dict(v=tok["v"].reshape(-1, HV * V))),  # caught in Python: geometry comes from q and v
+        ("w.dt_bias", dict(dt_bias=wd.w["dt_bias"].double())),
+        ("w.scale", dict(scale=-1.0)),
+        ("cache.k_ring", dict(k_ring=c.layers[0]["k_ring"][:, :, :8])),
+        ("spec", dict(history=2)),
+        ("query_start_loc", dict(query_start_loc=long_qsl)),
+        ("slot_idx", dict(slot_idx=int32([wd.slots] + wd.slot_of_row[1:], device))),
+    ]
+    before = snapshot(written)
+    was = replayssm.device_validation()
+    replayssm.set_device_validation(True)
+    try:
+        for arg, change in cases:
+            with pytest.raises(ReplaySSMError) as e:
+                ops.gdn_spec_verify(**dict(good, **change))
+            assert e.value.argument == arg and str(e.value).startswith(arg + ":"), str(e.value)
+            assert_unchanged(before, written)
+    finally:
+        replayssm.set_device_validation(was)
+    ops.gdn_spec_verify(**good)
+
+
+# ---------------- CUDA graphs ----------------
+
+
+@cuda_only()
+def test_cuda_graph_captures_a_decode_step(monkeypatch):
+    monkeypatch.setenv("REPLAYSSM_EXPERIMENTAL_CUDA_GDN", "1")
+    dev, L = torch.device("cuda"), 8
+    wd = World(GEOMETRIES["qwen3.5-4b/tp4"], torch.float32, torch.bfloat16, dev, seed=10)
+    static, _ = wd.tokens(wd.rows)
+    static_out = wd.out(wd.rows)
+    graph = []
+
+    def step(tok, out, c):
+        for k in ("q", "k", "v", "a", "b"):
+            static[k].copy_(tok[k])
+        if not graph:
+            def run():
+                ops.gdn_replay_decode(*wd.args(static), **c.layer(0), slot_idx=wd.slot_idx, out=static_out)
+                c.advance(wd.slot_idx)
+            run()
+            torch.cuda.synchronize()
+            graph.append(torch.cuda.CUDAGraph())
+            with torch.cuda.graph(graph[0]):
+                run()
+        else:
+            graph[0].replay()
+        out.copy_(static_out)
+        torch.cuda.synchronize()
+
+    errs, _, flushes = run_replay(wd, L, 2 * L + 1, step_fn=step)
+    assert max(errs) <= wd.tol() and flushes == 2 * len(wd.live_slots)

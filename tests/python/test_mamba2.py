@@ -1,0 +1,499 @@
+"""Mamba-2 ops through the PyTorch binding, against the float64 recurrence written below (not against
+the C++ code): classic decode, ReplaySSM decode (both routes), speculative verify + commit with random
+acceptance, the classic speculative path, bad input, and on a GPU CUDA-graph capture; torch.compile
+where torch has custom ops."""
+import pytest
+import torch
+
+import replayssm
+from conftest import (DTYPE_PAIRS, SENTINEL, assert_unchanged, cuda_only, distinct_slots, int32, needs_custom_op,
+                      out_tol, pair_id, rel_err, rounded, shard, skip_unsupported, snapshot, state_tol, uniform)
+from replayssm import ReplaySSMError, ops
+
+# ---------------- the float64 truth ----------------
+
+
+def softplus(u):
+    return torch.where(u > 20, u, torch.log1p(torch.exp(u)))
+
+
+def mamba2_token(S, t, w):
+    """One token per row through states S [n, H, P, N]; t holds float64 x [n, H, P], dt [n, H],
+    B, C [n, G, N], z [n, H, P] or None. Returns the new states and y [n, H, P]:
+      delta = softplus(dt + dt_bias); S = exp(A delta) S + delta x B^T; y = S C + D x; y *= silu(z)."""
+    H, G = S.shape[1], t["B"].shape[1]
+    Bh, Ch = t["B"].repeat_interleave(H // G, 1), t["C"].repeat_interleave(H // G, 1)  # heads of a group are contiguous
+    u = t["dt"] + (w["dt_bias"] if w["dt_bias"] is not None else 0.0)
+    delta = softplus(u) if w["dt_softplus"] else u
+    dA = torch.exp(w["A"] * delta)
+    S = dA[..., None, None] * S + (delta[..., None] * t["x"])[..., None] * Bh[:, :, None, :]
+    y = (S * Ch[:, :, None, :]).sum(-1)
+    if w["D"] is not None:
+        y = y + w["D"][:, None] * t["x"]
+    if t["z"] is not None:
+        y = y * t["z"] * torch.sigmoid(t["z"])
+    return S, y
+
+
+# ---------------- a problem: weights, slots, the truth's state pool, token inputs ----------------
+
+NANO, SUPER = replayssm.mamba2_preset("nemotron3-nano-4b"), replayssm.mamba2_preset("nemotron3-super-120b")
+GEOMETRIES = {"nano/tp4": shard(NANO, 4), "super/tp8": shard(SUPER, 8)}
+
+
+class World:
+    def __init__(self, geo, state_dtype, act_dtype, device, rows=4, slots=7, padding=1, seed=0, full_weights=True,
+                 dt_f32=False):
+        self.geo, self.state_dtype, self.act_dtype, self.device = geo, state_dtype, act_dtype, device
+        self.gen = torch.Generator().manual_seed(seed)
+        H, P, N, G = geo
+        g = self.gen
+        A = (-torch.exp(uniform(g, [H], 0, 1))).float()
+        dt_bias, D = uniform(g, [H], 0, 0.5).float(), uniform(g, [H], 0, 1).float()
+        self.full, self.dt_f32 = full_weights, dt_f32
+        self.w = {"A": A.to(device), "dt_bias": dt_bias.to(device) if full_weights else None,
+                  "D": D.to(device) if full_weights else None}
+        self.w64 = {"A": A.double(), "dt_bias": dt_bias.double() if full_weights else None,
+                    "D": D.double() if full_weights else None, "dt_softplus": full_weights}
+        self.rows, self.slots = rows, slots
+        self.slot_of_row = distinct_slots(g, rows, slots, padding)
+        self.slot_idx = int32(self.slot_of_row, device)
+        self.live = [r for r in range(rows) if self.slot_of_row[r] >= 0]
+        self.live_slots = [self.slot_of_row[r] for r in self.live]
+        # The truth's pool (float64), starting from random prefill-like states in the state dtype.
+        self.ref = rounded(uniform(g, [slots, H, P, N], -1, 1), state_dtype)
+
+    def tokens(self, n):
+        """n tokens as the engine has them: x, B, C, z (and dt) are views into one packed
+        [n, z | x | B | C | dt | pad] activation buffer (free token stride). Returns the op's views
+        and their float64 values."""
+        H, P, N, G = self.geo
+        g = self.gen
+        parts = [uniform(g, [n, H * P], -2, 2), uniform(g, [n, H * P], -1, 1), uniform(g, [n, G * N], -1, 1),
+                 uniform(g, [n, G * N], -1, 1), uniform(g, [n, H], -4, 1), torch.zeros(n, 3, dtype=torch.float64)]
+        buf = torch.cat(parts, 1).to(self.act_dtype)
+        ref = buf.double()
+        dev = buf.to(self.device)
+        offs = [0]
+        for p in parts:
+            offs.append(offs[-1] + p.shape[1])
+
+        def cut(t, i, shape):
+            return t[:, offs[i]:offs[i + 1]].view(n, *shape)
+
+        names = [("z", (H, P)), ("x", (H, P)), ("B", (G, N)), ("C", (G, N)), ("dt", (H,))]
+        tok = {name: cut(dev, i, shape) for i, (name, shape) in enumerate(names)}
+        tok64 = {name: cut(ref, i, shape) for i, (name, shape) in enumerate(names)}
+        if self.dt_f32:  # float32 dt, transposed storage: dt may be strided any way
+            dt = parts[4].float()
+            tok["dt"] = dt.t().contiguous().t().to(self.device)
+            tok64["dt"] = dt.double()
+        if not self.full:
+            tok["z"] = tok64["z"] = None
+        return tok, tok64
+
+    def out(self, n):
+        H, P, _, _ = self.geo
+        return torch.full((n, H, P), SENTINEL, dtype=self.act_dtype, device=self.device)
+
+    def kw(self, tok):
+        """The optional arguments of every Mamba-2 op."""
+        return dict(z=tok["z"], dt_bias=self.w["dt_bias"], D=self.w["D"], dt_softplus=self.full)
+
+    def caches(self, **mode):
+        c = replayssm.Mamba2ReplayCaches(1, self.slots, *self.geo, state_dtype=self.state_dtype,
+                                         act_dtype=self.act_dtype, device=self.device, **mode)
+        c.layers[0]["checkpoint"].copy_(self.ref)
+        for name in ("x_ring", "dt_ring", "B_ring"):  # poison: an entry read before it is written shows
+            c.layers[0][name].fill_(float("nan"))
+        return c
+
+
+def sel(t64, rows):
+    return {k: (v[rows] if v is not None else None) for k, v in t64.items()}
+
+
+def check_padding(world, out, tokens_of_padding):
+    if tokens_of_padding:
+        assert bool((out[tokens_of_padding] == SENTINEL).all()), "a padding row's out was written"
+
+
+# ---------------- classic decode ----------------
+
+
+@pytest.mark.parametrize("geo", list(GEOMETRIES), ids=str)
+@pytest.mark.parametrize("pair", DTYPE_PAIRS, ids=pair_id)
+def test_decode(device, geo, pair):
+    skip_unsupported(device, pair)
+    wd = World(GEOMETRIES[geo], *pair, device, dt_f32=pair[1] == torch.bfloat16)
+    state = wd.ref.to(pair[0]).to(device, copy=True)
+    unused = [s for s in range(wd.slots) if s not in wd.live_slots]
+    state_unused = state[unused].clone()
+    for _ in range(3):
+        tok, t64 = wd.tokens(wd.rows)
+        out = wd.out(wd.rows)
+        ops.mamba2_decode(tok["x"], tok["dt"], tok["B"], tok["C"], wd.w["A"], state, wd.slot_idx, out, **wd.kw(tok))
+        S, y = mamba2_token(wd.ref[wd.live_slots], sel(t64, wd.live), wd.w64)
+        wd.ref[wd.live_slots] = rounded(S, pair[0])  # the classic step stores the state every token
+        assert rel_err(out[wd.live], y) <= out_tol(*pair)
+        check_padding(wd, out, [r for r in range(wd.rows) if r not in wd.live])
+    assert rel_err(state[wd.live_slots], wd.ref[wd.live_slots]) <= state_tol(pair[0])
+    assert torch.equal(state[unused], state_unused)
+
+
+def test_decode_unsharded_super_without_optional_weights(device):
+    wd = World(SUPER, torch.float32, torch.bfloat16, device, rows=2, slots=3, padding=0, full_weights=False)
+    state = wd.ref.float().to(device, copy=True)
+    tok, t64 = wd.tokens(2)
+    out = wd.out(2)
+    ops.mamba2_decode(tok["x"], tok["dt"], tok["B"], tok["C"], wd.w["A"], state, wd.slot_idx, out, **wd.kw(tok))
+    S, y = mamba2_token(wd.ref[wd.live_slots], sel(t64, wd.live), wd.w64)
+    assert rel_err(out, y) <= out_tol(torch.float32, torch.bfloat16)
+    assert rel_err(state[wd.live_slots], S) <= state_tol(torch.float32)
+
+
+# ---------------- ReplaySSM standard decode ----------------
+
+
+def run_replay(wd, L, steps, route=ops.OUTPUT_ONLY, step_fn=None):
+    """`steps` ReplaySSM steps (one layer) against the truth; returns the per-step output errors and
+    the worst checkpoint error over the flushes. step_fn(tok, out, caches) runs the op (default: eager)."""
+    c = wd.caches(ring_len=L)
+    if step_fn is None:
+        def step_fn(tok, out, c):
+            ops.mamba2_replay_decode(tok["x"], tok["dt"], tok["B"], tok["C"], wd.w["A"], **c.layer(0),
+                                     slot_idx=wd.slot_idx, out=out, route=route, **wd.kw(tok))
+            c.advance(wd.slot_idx)
+    w = {s: 0 for s in wd.live_slots}
+    out_errs, ckpt_err, flushes = [], 0.0, 0
+    for _ in range(steps):
+        tok, t64 = wd.tokens(wd.rows)
+        out = wd.out(wd.rows)
+        step_fn(tok, out, c)
+        S, y = mamba2_token(wd.ref[wd.live_slots], sel(t64, wd.live), wd.w64)
+        wd.ref[wd.live_slots] = S
+        out_errs.append(rel_err(out[wd.live], y))
+        check_padding(wd, out, [r for r in range(wd.rows) if r not in wd.live])
+        for s in wd.live_slots:
+            if w[s] == L - 1:  # the flush step rewrote the checkpoint, rounded once
+                wd.ref[s] = rounded(wd.ref[s], wd.state_dtype)
+                ckpt_err = max(ckpt_err, rel_err(c.layers[0]["checkpoint"][s], wd.ref[s]))
+                flushes += 1
+            w[s] = (w[s] + 1) % L
+        assert c.cursor[wd.live_slots].tolist() == [w[s] for s in wd.live_slots]
+    return out_errs, ckpt_err, flushes
+
+
+@pytest.mark.parametrize("route", [ops.OUTPUT_ONLY, ops.STATE_AND_OUTPUT], ids=["output_only", "state_and_output"])
+@pytest.mark.parametrize("geo", list(GEOMETRIES), ids=str)
+@pytest.mark.parametrize("pair", DTYPE_PAIRS, ids=pair_id)
+def test_replay_decode(device, geo, pair, route):
+    skip_unsupported(device, pair)
+    wd = World(GEOMETRIES[geo], *pair, device, seed=1)
+    untouched = wd.ref[[s for s in range(wd.slots) if s not in wd.live_slots]].clone()
+    L = 8
+    errs, ckpt_err, flushes = run_replay(wd, L, 2 * L + 3, route)
+    assert max(errs) <= out_tol(*pair)
+    assert ckpt_err <= state_tol(pair[0]) and flushes == 2 * len(wd.live_slots)
+    assert torch.equal(wd.ref[[s for s in range(wd.slots) if s not in wd.live_slots]], untouched)
+
+
+def test_replay_decode_1000_steps_error_does_not_grow(device):
+    wd = World(shard(SUPER, 16), torch.float32, torch.float32, device, rows=3, slots=4, seed=2)
+    errs, ckpt_err, flushes = run_replay(wd, 8, 1000)
+    first, last = max(errs[:100]), max(errs[-100:])
+    assert max(errs) <= out_tol(torch.float32, torch.float32)
+    assert last <= 2 * first + 1e-6, f"error grew: first 100 steps {first:.3g}, last 100 {last:.3g}"
+    assert ckpt_err <= state_tol(torch.float32) and flushes == 125 * len(wd.live_slots)
+
+
+# ---------------- ReplaySSM speculative verify + commit ----------------
+
+
+def flush_due(w, history, window):
+    return w + 2 * window > history + window
+
+
+def run_spec(wd, history, window, steps, full_windows=False, verify_fn=None, commit_fn=None):
+    """Speculative decode with random window lengths and random acceptance. The truth keeps each
+    slot's committed state (the accepted stream) and computes every window token's output causally
+    from it. Returns per-step output errors."""
+    c = wd.caches(history=history, window=window)
+    R, T = c.ring_len, window
+    if verify_fn is None:
+        def verify_fn(tok, qsl, out, c):
+            ops.mamba2_spec_verify(tok["x"], tok["dt"], tok["B"], tok["C"], wd.w["A"], **c.layer(0),
+                                   slot_idx=wd.slot_idx, query_start_loc=qsl, out=out, history=history,
+                                   window=window, **wd.kw(tok))
+    if commit_fn is None:
+        def commit_fn(acc, qsl, c):
+            c.commit(wd.slot_idx, acc, qsl)
+    hw, ho = {s: 0 for s in wd.live_slots}, {s: 0 for s in wd.live_slots}
+    errs = []
+    for _ in range(steps):
+        n = [T if full_windows else int(torch.randint(1 if s >= 0 else 0, T + 1, (1,), generator=wd.gen))
+             for s in wd.slot_of_row]
+        qsl = [0]
+        for k in n:
+            qsl.append(qsl[-1] + k)
+        tok, t64 = wd.tokens(qsl[-1])
+        out = wd.out(qsl[-1])
+        qsl_t = int32(qsl, wd.device)
+        verify_fn(tok, qsl_t, out, c)
+        acc, worst, pad_tokens = [0] * wd.rows, 0.0, []
+        for r, s in enumerate(wd.slot_of_row):
+            toks = list(range(qsl[r], qsl[r + 1]))
+            if s < 0:
+                pad_tokens += toks
+                continue
+            flush = flush_due(hw[s], history, window)
+            if flush and hw[s] > 0:  # verify folded the history into the checkpoint, rounded once
+                wd.ref[s] = rounded(wd.ref[s], wd.state_dtype)
+            S, after = wd.ref[s:s + 1], []
+            ys = []
+            for t in toks:
+                S, y = mamba2_token(S, sel(t64, [t]), wd.w64)
+                after.append(S)
+                ys.append(y)
+            worst = max(worst, rel_err(out[toks], torch.cat(ys)))
+            k = int(torch.randint(1, len(toks) + 1, (1,), generator=wd.gen))
+            acc[r] = k
+            wd.ref[s] = after[k - 1][0]  # commit the accepted prefix
+            if flush:
+                ho[s], hw[s] = (ho[s] + hw[s]) % R, k
+            else:
+                hw[s] += k
+        errs.append(worst)
+        check_padding(wd, out, pad_tokens)
+        commit_fn(int32(acc, wd.device), qsl_t, c)
+        assert c.cursor[wd.live_slots].tolist() == [[hw[s], ho[s]] for s in wd.live_slots]
+    return errs
+
+
+@pytest.mark.parametrize("geo", list(GEOMETRIES), ids=str)
+@pytest.mark.parametrize("pair", [(torch.float32, torch.float32), (torch.float32, torch.bfloat16),
+                                  (torch.bfloat16, torch.bfloat16)], ids=pair_id)
+def test_spec_verify_random_acceptance(device, geo, pair):
+    wd = World(GEOMETRIES[geo], *pair, device, seed=3)
+    errs = run_spec(wd, history=8, window=4, steps=40)
+    assert max(errs) <= out_tol(*pair)
+
+
+# ---------------- classic speculative path ----------------
+
+
+def test_classic_spec_decode(device):
+    T, steps = 4, 12
+    wd = World(GEOMETRIES["super/tp8"], torch.float32, torch.bfloat16, device, rows=3, slots=3 * T + 1, seed=4)
+    state = wd.ref.float().to(device, copy=True)
+    perm = torch.randperm(wd.slots, generator=wd.gen).tolist()
+    si = [[perm[r * T + t] for t in range(T)] if s >= 0 else [-1] * T for r, s in enumerate(wd.slot_of_row)]
+    si_t = int32(si, device)
+    na = [1] * wd.rows
+    for _ in range(steps):
+        n = [int(torch.randint(1 if s >= 0 else 0, T + 1, (1,), generator=wd.gen)) for s in wd.slot_of_row]
+        qsl = [0]
+        for k in n:
+            qsl.append(qsl[-1] + k)
+        tok, t64 = wd.tokens(qsl[-1])
+        out = wd.out(qsl[-1])
+        ops.mamba2_classic_spec_decode(tok["x"], tok["dt"], tok["B"], tok["C"], wd.w["A"], state, si_t,
+                                       int32(na, device), int32(qsl, device), out, **wd.kw(tok))
+        for r, s in enumerate(wd.slot_of_row):
+            if s < 0:
+                check_padding(wd, out, list(range(qsl[r], qsl[r + 1])))
+                continue
+            S = wd.ref[si[r][na[r] - 1]][None]
+            for j, t in enumerate(range(qsl[r], qsl[r + 1])):
+                S, y = mamba2_token(S, sel(t64, [t]), wd.w64)  # the window carries the exact state
+                assert rel_err(out[t:t + 1], y) <= out_tol(torch.float32, torch.bfloat16)
+                wd.ref[si[r][j]] = rounded(S[0], torch.float32)  # ... and stores a copy per token
+                assert rel_err(state[si[r][j]], wd.ref[si[r][j]]) <= state_tol(torch.float32)
+            na[r] = int(torch.randint(1, n[r] + 1, (1,), generator=wd.gen))
+
+
+# ---------------- bad input ----------------
+
+
+def test_bad_input_raises_with_the_argument_and_writes_nothing(device):
+    wd = World(GEOMETRIES["super/tp8"], torch.float32, torch.bfloat16, device, seed=5)
+    c = wd.caches(ring_len=8)
+    tok, _ = wd.tokens(wd.rows)
+    out = wd.out(wd.rows)
+    good = dict(x=tok["x"], dt=tok["dt"], B=tok["B"], C=tok["C"], A=wd.w["A"], **c.layer(0), slot_idx=wd.slot_idx,
+                out=out, **wd.kw(tok))
+    written = [c.layers[0][n] for n in ("checkpoint", "x_ring", "dt_ring", "B_ring")] + [c.cursor, out]
+    H, P, N, G = wd.geo
+    bad_slots = list(wd.slot_of_row)
+    bad_slots[wd.live[0]] = wd.slots  # out of range
+    dup_slots = [wd.live_slots[0]] * wd.rows
+    cursor_oob = c.cursor.clone()
+    cursor_oob[wd.live_slots[0]] = 8
+    cases = {
+        "in.C": dict(C=tok["C"][..., :N - 1]),
+        "in.x": dict(x=tok["x"].reshape(wd.rows, H * P)),  # caught in Python: geometry comes from x
+        "w.dt_bias": dict(dt_bias=wd.w["dt_bias"].double()),
+        "out": dict(out=out.float()),
+        "cache.x_ring": dict(x_ring=c.layers[0]["x_ring"].float()),
+        "slot_idx": dict(slot_idx=wd.slot_idx.long()),
+        "cache.cursor": dict(cursor=cursor_oob),
+    }
+    cases_values = {"slot_idx": [dict(slot_idx=int32(bad_slots, device)), dict(slot_idx=int32(dup_slots, device))]}
+    if device.type == "cuda":
+        cases["in.dt"] = dict(dt=tok["dt"].cpu())
+    before = snapshot(written)
+    was = replayssm.device_validation()
+    replayssm.set_device_validation(True)  # index values of CUDA tensors are checked on the host only then
+    try:
+        for arg, change in [(a, ch) for a, ch in cases.items()] + [(a, ch) for a, l in cases_values.items() for ch in l]:
+            with pytest.raises(ReplaySSMError) as e:
+                ops.mamba2_replay_decode(**dict(good, **change))
+            assert e.value.argument == arg and str(e.value).startswith(arg + ":"), str(e.value)
+            assert_unchanged(before, written)
+    finally:
+        replayssm.set_device_validation(was)
+    ops.mamba2_replay_decode(**good)  # and the good call runs
+
+
+# ---------------- CUDA graphs ----------------
+
+
+@cuda_only()
+def test_cuda_graph_captures_a_whole_decode_step():
+    """Two Mamba-2 layers + the cursor advance captured once, replayed over two ring cycles with new
+    inputs copied into the captured buffers; outputs against the truth of each layer."""
+    dev, L, layers = torch.device("cuda"), 8, 2
+    worlds = [World(GEOMETRIES["super/tp8"], torch.float32, torch.bfloat16, dev, seed=10 + i) for i in range(layers)]
+    for wd in worlds[1:]:  # one slot mapping, one cursor tensor for the model
+        wd.slot_of_row, wd.slot_idx, wd.live, wd.live_slots = (worlds[0].slot_of_row, worlds[0].slot_idx,
+                                                               worlds[0].live, worlds[0].live_slots)
+        wd.ref = rounded(uniform(wd.gen, list(worlds[0].ref.shape), -1, 1), torch.float32)
+    caches = replayssm.Mamba2ReplayCaches(layers, worlds[0].slots, *worlds[0].geo, ring_len=L, device=dev)
+    for i, wd in enumerate(worlds):
+        caches.layers[i]["checkpoint"].copy_(wd.ref)
+    static = [wd.tokens(wd.rows)[0] for wd in worlds]
+    outs = [wd.out(wd.rows) for wd in worlds]
+
+    def step():
+        for i, wd in enumerate(worlds):
+            t = static[i]
+            ops.mamba2_replay_decode(t["x"], t["dt"], t["B"], t["C"], wd.w["A"], **caches.layer(i),
+                                     slot_idx=wd.slot_idx, out=outs[i], **wd.kw(t))
+        caches.advance(worlds[0].slot_idx)
+
+    g = None
+    for it in range(2 * L + 1):
+        t64s = []
+        for i, wd in enumerate(worlds):
+            tok, t64 = wd.tokens(wd.rows)
+            for k in ("x", "dt", "B", "C", "z"):
+                static[i][k].copy_(tok[k])
+            t64s.append(t64)
+        if it == 0:
+            step()  # eager warm-up step, then capture (capturing runs nothing)
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                step()
+        else:
+            g.replay()
+        torch.cuda.synchronize()
+        for i, wd in enumerate(worlds):
+            S, y = mamba2_token(wd.ref[wd.live_slots], sel(t64s[i], wd.live), wd.w64)
+            wd.ref[wd.live_slots] = S
+            assert rel_err(outs[i][wd.live], y) <= out_tol(torch.float32, torch.bfloat16), (it, i)
+    assert caches.cursor[worlds[0].live_slots].tolist() == [(2 * L + 1) % L] * len(worlds[0].live_slots)
+
+
+@cuda_only()
+def test_cuda_graph_speculative_verify_and_commit():
+    """Verify and commit captured as two graphs (acceptance is decided between them), full windows,
+    random acceptance written into the captured num_accepted buffer before each commit replay."""
+    dev, T = torch.device("cuda"), 4
+    wd = World(GEOMETRIES["super/tp8"], torch.float32, torch.bfloat16, dev, seed=12)
+    n_tok = wd.rows * T
+    static_tok, _ = wd.tokens(n_tok)
+    static_out = wd.out(n_tok)
+    static_qsl = int32([r * T for r in range(wd.rows + 1)], dev)
+    static_acc = int32([1] * wd.rows, dev)
+    graphs = {}
+
+    def verify(tok, qsl, out, c):
+        for k in ("x", "dt", "B", "C", "z"):
+            static_tok[k].copy_(tok[k])
+        if "verify" not in graphs:
+            def run():
+                ops.mamba2_spec_verify(static_tok["x"], static_tok["dt"], static_tok["B"], static_tok["C"],
+                                       wd.w["A"], **c.layer(0), slot_idx=wd.slot_idx, query_start_loc=static_qsl,
+                                       out=static_out, history=8, window=T, **wd.kw(static_tok))
+            run()  # warm-up on the first step (it is that step's verify), then capture
+            graphs["verify"] = torch.cuda.CUDAGraph()
+            torch.cuda.synchronize()
+            with torch.cuda.graph(graphs["verify"]):
+                run()
+        else:
+            graphs["verify"].replay()
+        out.copy_(static_out)
+
+    def commit(acc, qsl, c):
+        static_acc.copy_(acc)
+        if "commit" not in graphs:
+            c.commit(wd.slot_idx, static_acc, static_qsl)
+            graphs["commit"] = torch.cuda.CUDAGraph()
+            torch.cuda.synchronize()
+            with torch.cuda.graph(graphs["commit"]):
+                c.commit(wd.slot_idx, static_acc, static_qsl)
+        else:
+            graphs["commit"].replay()
+        torch.cuda.synchronize()
+
+    errs = run_spec(wd, history=8, window=T, steps=30, full_windows=True, verify_fn=verify, commit_fn=commit)
+    assert max(errs) <= out_tol(torch.float32, torch.bfloat16)
+
+
+# ---------------- torch.compile and the op registrations ----------------
+
+
+@needs_custom_op()
+def test_torch_compile_fullgraph(device):
+    wd = World(GEOMETRIES["super/tp8"], torch.float32, torch.bfloat16, device, seed=6)
+    eager_c, compiled_c = wd.caches(ring_len=4), wd.caches(ring_len=4)
+
+    def step(tok, c, out):
+        ops.mamba2_replay_decode(tok["x"], tok["dt"], tok["B"], tok["C"], wd.w["A"], **c.layer(0),
+                                 slot_idx=wd.slot_idx, out=out, **wd.kw(tok))
+        c.advance(wd.slot_idx)
+        return out * 2
+
+    torch._dynamo.reset()
+    backend = "inductor" if device.type == "cuda" else "aot_eager"  # no C++ toolchain needed on the CPU
+    compiled = torch.compile(step, fullgraph=True, backend=backend)
+    for _ in range(6):  # through a flush (L = 4)
+        tok, _ = wd.tokens(wd.rows)
+        out_e, out_c = wd.out(wd.rows), wd.out(wd.rows)
+        ye = step(tok, eager_c, out_e)
+        yc = compiled(tok, compiled_c, out_c)
+        assert torch.equal(ye, yc) and torch.equal(out_e, out_c)
+    assert torch.equal(eager_c.cursor, compiled_c.cursor)
+    assert torch.equal(eager_c.layers[0]["checkpoint"], compiled_c.layers[0]["checkpoint"])
+
+
+@needs_custom_op()
+def test_ops_are_registered_and_pass_opcheck():
+    for name in ("mamba2_decode", "mamba2_replay_decode", "mamba2_spec_verify", "mamba2_classic_spec_decode",
+                 "gdn_decode", "gdn_replay_decode", "gdn_spec_verify", "gdn_classic_spec_decode",
+                 "advance_cursors", "commit_cursors", "reset_cursors"):
+        assert hasattr(torch.ops.replayssm, name), name
+    wd = World(GEOMETRIES["super/tp8"], torch.float32, torch.float32, torch.device("cpu"), seed=7)
+    c = wd.caches(ring_len=8)
+    for n in ("x_ring", "dt_ring", "B_ring"):
+        c.layers[0][n].zero_()  # opcheck compares outputs; NaN poison would not compare equal
+    tok, _ = wd.tokens(wd.rows)
+    # The checks run the op on copies and verify that exactly the declared arguments are mutated.
+    torch.library.opcheck(torch.ops.replayssm.mamba2_replay_decode.default,
+                          (tok["x"], tok["dt"], tok["B"], tok["C"], wd.w["A"], *c.layer(0).values(), wd.slot_idx,
+                           wd.out(wd.rows)), wd.kw(tok))
+    state = wd.ref.float()
+    torch.library.opcheck(torch.ops.replayssm.mamba2_decode.default,
+                          (tok["x"], tok["dt"], tok["B"], tok["C"], wd.w["A"], state, wd.slot_idx, wd.out(wd.rows)),
+                          wd.kw(tok))
