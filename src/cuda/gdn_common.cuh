@@ -1,22 +1,17 @@
 // Shared device pieces of the Gated DeltaNet CUDA kernels (issue 6).
-//
-// State layout per (slot, v-head): [V][K], K contiguous. Tile map used by every GDN kernel:
-//   VEC = 16 / sizeof(state) columns per 16-byte access, LPR = K / VEC lanes per state row
-//   ("row group", aligned inside the warp), GPW = 32 / LPR row groups per warp, NG = warps * GPW
-//   row groups per CTA. Thread (row group rg, lane-in-group li) owns columns li*VEC .. +VEC-1 and
-//   the rows  slice_base + r * NG + rg,  r < kRPT  (kRPT = 4 rows per thread, all loaded up front).
-//   A CTA is one (row, v-head, V-slice) of RPC = NG * kRPT state rows. Row reductions (S_i . k)
-//   are xor-shuffles inside the row group, so every lane of the group ends with the full sum.
-// Only the state dtype is a template parameter; activations, rings, a/b, out are read and written
-// through their run-time dtype (small vectors, prologue only).
+// State layout per (slot, v-head): [V][K], K contiguous. Only the state dtype (and K) are template
+// parameters; activations, rings, a/b, out go through their run-time dtype (small vectors).
+// Rule for every kernel here: a full-mask shuffle is only ever executed by all 32 lanes (never in a
+// loop whose trip count differs between lanes of a warp: that deadlocks with a barrier, issue 6).
 #pragma once
+#include <cstdlib>
+#include <type_traits>
+
 #include "cuda/common.cuh"
 #include "cuda/launch_util.cuh"
 #include "params/gdn_params.hpp"
 
 namespace replayssm::cuda::gdn {
-
-constexpr int kRPT = 4;
 
 __device__ __forceinline__ float ld_any(const void* base, int64_t i, DType t) {
   switch (t) {
@@ -42,6 +37,18 @@ __device__ __forceinline__ const void* cptr(const void* base, DType t, int64_t i
 }
 __device__ __forceinline__ void* mptr(void* base, DType t, int64_t i) { return static_cast<char*>(base) + i * esize(t); }
 
+// 4 consecutive elements of a float32 / 16-bit vector (16 B / 8 B aligned: checked in dispatch).
+__device__ __forceinline__ float4 ld4_any(const void* base, int64_t i, DType t) {
+  if (t == DType::f32) return *reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
+  const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const char*>(base) + i * 2);
+  if (t == DType::bf16) {
+    const __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162*>(&u.x), b = *reinterpret_cast<const __nv_bfloat162*>(&u.y);
+    return make_float4(__low2float(a), __high2float(a), __low2float(b), __high2float(b));
+  }
+  const __half2 a = *reinterpret_cast<const __half2*>(&u.x), b = *reinterpret_cast<const __half2*>(&u.y);
+  return make_float4(__low2float(a), __high2float(a), __low2float(b), __high2float(b));
+}
+
 // Sum over the LPR lanes of this lane's row group (LPR a power of two <= 32).
 __device__ __forceinline__ float group_sum(float v, int lpr) {
   for (int o = lpr >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -63,52 +70,115 @@ __device__ __forceinline__ Gates gates(const GdnStepParams& p, int64_t tok, int 
   return r;
 }
 
-// This lane's VEC columns of token `tok`'s q (normalised, scaled) and k (normalised), k-head h.
-// Every lane of the row group computes the norms (group reduction): no shared memory needed.
+// ---- step kernels (classic, replay): the quad tile ----
+// A lane quad (t = lane & 3) holds one state row; in chunk m < NCH lane t owns the VEC columns
+// col(m, t) .. +VEC-1 (one 16-byte access), g = lane >> 2 picks the row. A thread holds RPT rows,
+// CTA-local row (warp * RPT + r) * 8 + g: a warp covers 8 * RPT consecutive rows and every thread
+// has 16 loads of 16 B (256 B; K = 64 with 16-bit state: 8) in flight, as in the Mamba-2 decode.
+// Row reductions: 2 shuffles.
+template <class ST, int K>
+struct QuadTile {
+  static constexpr int VEC = 16 / int(sizeof(ST)), NCH = K / (4 * VEC), RPT = NCH >= 4 ? 16 / NCH : 4;
+  static_assert(K == 64 || K == 128, "K in {64, 128}");
+  static __device__ __forceinline__ int col(int m, int t) { return (m * 4 + t) * VEC; }
+};
+
+// VEC (4 or 8) consecutive fp32 values from 16-byte aligned shared memory.
 template <int VEC>
-__device__ __forceinline__ void load_qk(const GdnStepParams& p, int64_t tok, int h, int c0, int lpr, float (&q)[VEC],
-                                        float (&k)[VEC]) {
-  const void* qp = cptr(p.q, p.act, tok * p.q_tok + int64_t(h) * p.q_head + c0);
-  const void* kp = cptr(p.k, p.act, tok * p.k_tok + int64_t(h) * p.k_head + c0);
-  float sq = 0.f, sk = 0.f;
+__device__ __forceinline__ void lds_vec(const float* p, float (&v)[VEC]) {
 #pragma unroll
-  for (int e = 0; e < VEC; ++e) {
-    q[e] = ld_any(qp, e, p.act);
-    k[e] = ld_any(kp, e, p.act);
-    sq = fmaf(q[e], q[e], sq);
-    sk = fmaf(k[e], k[e], sk);
-  }
-  float rq = 1.f, rk = 1.f;
-  if (p.qk_l2norm) {
-    rq = 1.f / sqrtf(group_sum(sq, lpr) + 1e-6f);
-    rk = 1.f / sqrtf(group_sum(sk, lpr) + 1e-6f);
-  }
-  const float s = rq * float(p.scale);
-#pragma unroll
-  for (int e = 0; e < VEC; ++e) {
-    q[e] *= s;
-    k[e] *= rk;
+  for (int e = 0; e < VEC; e += 4) {
+    const float4 f = *reinterpret_cast<const float4*>(p + e);
+    v[e] = f.x; v[e + 1] = f.y; v[e + 2] = f.z; v[e + 3] = f.w;
   }
 }
 
-// Launch geometry: warps per CTA and V-slices per head.
-struct Split {
-  int warps = 8, slices = 1, lpr = 32, rpc = 32;
+// Second pass over packed 16-bit state: `zero` is a kernel argument that is 0 at run time but
+// unknown to ptxas, so the re-unpacked values cannot be CSE'd with the first pass's (which would
+// keep all RPT x COLS fp32 values alive: 240 registers instead of 128). An empty asm does not do
+// it: ptxas never sees it.
+__device__ __forceinline__ void opaque(uint4& u, uint32_t zero) {
+  u.x ^= zero; u.y ^= zero; u.z ^= zero; u.w ^= zero;
+}
+
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  return v;
+}
+
+// The current token, normalised once per CTA by warp 0 (the other warps wait at a barrier).
+struct __align__(16) TokenSmem {
+  float q[128], k[128];  // q normalised and scaled, k normalised (fp32)
+  float kq, g, alpha, beta;
 };
-template <class ST>
-inline Split choose_split(int rows, int v_heads, int K, int V) {
-  constexpr int VEC = 16 / int(sizeof(ST));
-  Split s;
-  s.lpr = K / VEC;
-  const int gpw = 32 / s.lpr;
-  s.warps = 8;
-  while (s.warps > 1 && s.warps * gpw * kRPT > V) s.warps >>= 1;
+
+// Warp 0 only (all lanes): q, k of token `tok` (k-head h), norms by warp shuffles, gates of hv.
+// kn returns this lane's normalised k (columns lane + 32 e) for a ring append.
+template <int K>
+__device__ __forceinline__ void prep_token(const GdnStepParams& p, int64_t tok, int h, int hv, TokenSmem& s,
+                                           float (&kn)[K / 32]) {
+  constexpr int E = K / 32;
+  const int lane = threadIdx.x & 31;
+  const void* qp = cptr(p.q, p.act, tok * p.q_tok + int64_t(h) * p.q_head);
+  const void* kp = cptr(p.k, p.act, tok * p.k_tok + int64_t(h) * p.k_head);
+  float q[E], sq = 0.f, sk = 0.f;
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    q[e] = ld_any(qp, lane + 32 * e, p.act);
+    kn[e] = ld_any(kp, lane + 32 * e, p.act);
+  }
+  const Gates gt = gates(p, tok, hv);
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    sq = fmaf(q[e], q[e], sq);
+    sk = fmaf(kn[e], kn[e], sk);
+  }
+  float rq = 1.f, rk = 1.f;
+  if (p.qk_l2norm) {
+    rq = 1.f / sqrtf(group_sum(sq, 32) + 1e-6f);
+    rk = 1.f / sqrtf(group_sum(sk, 32) + 1e-6f);
+  }
+  const float sc = rq * float(p.scale);
+  float kq = 0.f;
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    q[e] *= sc;
+    kn[e] *= rk;
+    kq = fmaf(q[e], kn[e], kq);
+    s.q[lane + 32 * e] = q[e];
+    s.k[lane + 32 * e] = kn[e];
+  }
+  kq = group_sum(kq, 32);
+  if (lane == 0) {
+    s.kq = kq;
+    s.g = gt.g;
+    s.alpha = gt.alpha;
+    s.beta = gt.beta;
+  }
+}
+
+// Warps per CTA of the quad-tile kernels: up to 4 (rows per CTA <= V), halved while the grid has
+// fewer than ~4 CTAs per SM (small batches: more, smaller CTAs). REPLAYSSM_GDN_CUDA_WARPS=1|2|4
+// forces a shape (the GPU tests cover every shape on small batches with it).
+template <class ST, int K>
+inline int quad_warps(int rows, int v_heads, int V) {
+  constexpr int rpw = 8 * QuadTile<ST, K>::RPT;
+  const char* force = std::getenv("REPLAYSSM_GDN_CUDA_WARPS");
+  const int f = force ? std::atoi(force) : 0;
+  if ((f == 1 || f == 2 || f == 4) && f * rpw <= V) return f;
+  int w = 4;
+  while (w > 1 && w * rpw > V) w >>= 1;
   const long long target = (long long)sm_count() * 4;
-  auto ctas = [&](int w) { return (long long)rows * v_heads * (V / (w * gpw * kRPT)); };
-  while (s.warps > 2 && ctas(s.warps) < target) s.warps >>= 1;
-  s.rpc = s.warps * gpw * kRPT;
-  s.slices = V / s.rpc;
-  return s;
+  while (w > 1 && (long long)rows * v_heads * (V / (w * rpw)) < target) w >>= 1;
+  return w;
+}
+
+template <class F>
+inline void with_head_k(int K, F&& f) {
+  if (K == 64) f(std::integral_constant<int, 64>{});
+  else if (K == 128) f(std::integral_constant<int, 128>{});
+  else throw Error("geo", "the CUDA kernels support head_k_dim 64 or 128, got " + std::to_string(K));
 }
 
 }  // namespace replayssm::cuda::gdn

@@ -1,7 +1,8 @@
 // Classic Gated DeltaNet decode step on the GPU (the comparator): per (row, v-head, V-slice) read
-// the state rows once (16-byte loads, all kRPT rows of a thread issued before any use), then per
-// row d = beta (v - alpha S k), S' = alpha S + d k^T, o = S' q, and write S' back.
-// Mapping: see gdn_common.cuh. No shared memory, no block barrier; q/k norms by group shuffles.
+// the state rows once, d = beta (v - alpha S k), S' = alpha S + d k^T, o = S' q, write S' back.
+// Bandwidth design (docs/notes-gdn-cuda.md): quad tile of gdn_common.cuh, 16 x 16-byte loads per
+// thread issued first (256 B in flight per thread, as the Mamba-2 decode); q/k norms and gates once
+// per CTA by warp 0 into shared memory while the state is in flight; one barrier.
 #include "cuda/gdn_common.cuh"
 #include "cuda/ops.hpp"
 
@@ -10,54 +11,80 @@ namespace {
 
 using namespace gdn;
 
-template <class ST>
-__global__ void __launch_bounds__(256) gdn_decode_kernel(const GdnStepParams p, const int slices, const int lpr) {
+template <class ST, int K>
+__global__ void __launch_bounds__(128, 4) gdn_decode_kernel(const GdnStepParams p, const int slices, const uint32_t zero) {
   using VT = Vec16<ST>;
-  constexpr int VEC = VT::kN;
+  using TL = QuadTile<ST, K>;
+  constexpr int VEC = TL::VEC, NCH = TL::NCH, RPT = TL::RPT;
+  __shared__ TokenSmem ts;
   const int row = blockIdx.y, hv = blockIdx.x / slices, slice = blockIdx.x % slices;
-  const int lane = threadIdx.x & 31, li = lane % lpr;
-  const int ng = int(blockDim.x) / lpr, rg = int(threadIdx.x) / lpr;
-  const int K = p.head_k_dim, V = p.head_v_dim, c0 = li * VEC;
-  const int base = slice * ng * kRPT + rg;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int V = p.head_v_dim, rpc = int(blockDim.x >> 5) * 8 * RPT;
+  const int i0 = slice * rpc + warp * RPT * 8 + g;  // row r of this thread: i0 + 8 r
 
   const int slot = p.slot_idx[int64_t(row) * p.slot_idx_stride];
-  if (slot < 0 || slot >= p.slots) return;  // padding row: nothing read or written
+  if (slot < 0 || slot >= p.slots) return;  // padding row: nothing read or written (CTA-uniform)
   ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + int64_t(hv) * V * K;
-  uint4 raw[kRPT];
+  uint4 raw[RPT][NCH];
 #pragma unroll
-  for (int r = 0; r < kRPT; ++r) raw[r] = VT::load_raw(S + int64_t(base + r * ng) * K + c0);
-
-  const int h = hv / (p.v_heads / p.k_heads);
-  float q[VEC], k[VEC];
-  load_qk<VEC>(p, row, h, c0, lpr, q, k);
-  const Gates gt = gates(p, row, hv);
-  float kq = 0.f;
+  for (int r = 0; r < RPT; ++r)
 #pragma unroll
-  for (int e = 0; e < VEC; ++e) kq = fmaf(k[e], q[e], kq);
-  kq = group_sum(kq, lpr);
+    for (int m = 0; m < NCH; ++m) raw[r][m] = VT::load_raw(S + int64_t(i0 + 8 * r) * K + TL::col(m, t));
   const void* vp = cptr(p.v, p.act, int64_t(row) * p.v_tok + int64_t(hv) * p.v_head);
-  void* op = mptr(p.out, p.out_dtype, int64_t(row) * p.out_tok + int64_t(hv) * p.out_head);
-
+  float v[RPT];
 #pragma unroll
-  for (int r = 0; r < kRPT; ++r) {
-    const int i = base + r * ng;
-    float s[VEC];
-    VT::unpack(raw[r], s);
-    float sk = 0.f, sq = 0.f;
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      sk = fmaf(s[e], k[e], sk);
-      sq = fmaf(s[e], q[e], sq);
-    }
-    sk = group_sum(sk, lpr);
-    sq = group_sum(sq, lpr);
-    const float d = gt.beta * (ld_any(vp, i, p.act) - gt.alpha * sk);
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) s[e] = fmaf(gt.alpha, s[e], d * k[e]);
-    VT::store(S + int64_t(i) * K + c0, s);
-    // o = S' q = alpha (S q) + d (k . q): one reduction fewer than re-reducing S' q.
-    if (li == 0) st_any(op, i, p.out_dtype, fmaf(gt.alpha, sq, d * kq));
+  for (int r = 0; r < RPT; ++r) v[r] = ld_any(vp, i0 + 8 * r, p.act);
+  if (warp == 0) {
+    float kn[K / 32];
+    prep_token<K>(p, row, hv / (p.v_heads / p.k_heads), hv, ts, kn);
   }
+  __syncthreads();
+
+  float sk[RPT] = {}, sq[RPT] = {};
+#pragma unroll
+  for (int m = 0; m < NCH; ++m) {
+    float qv[VEC], kv[VEC];
+    lds_vec(&ts.q[TL::col(m, t)], qv);
+    lds_vec(&ts.k[TL::col(m, t)], kv);
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) {
+      float s[VEC];
+      VT::unpack(raw[r][m], s);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        sk[r] = fmaf(s[e], kv[e], sk[r]);
+        sq[r] = fmaf(s[e], qv[e], sq[r]);
+      }
+    }
+  }
+  const float alpha = ts.alpha, beta = ts.beta, kq = ts.kq;
+  float d[RPT];
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) {
+    sk[r] = quad_sum(sk[r]);
+    sq[r] = quad_sum(sq[r]);
+    d[r] = beta * (v[r] - alpha * sk[r]);
+#pragma unroll
+    for (int m = 0; m < NCH; ++m) opaque(raw[r][m], zero);
+  }
+#pragma unroll
+  for (int m = 0; m < NCH; ++m) {
+    float kv[VEC];
+    lds_vec(&ts.k[TL::col(m, t)], kv);
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) {
+      float s[VEC];
+      VT::unpack(raw[r][m], s);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) s[e] = fmaf(alpha, s[e], d[r] * kv[e]);
+      VT::store(S + int64_t(i0 + 8 * r) * K + TL::col(m, t), s);
+    }
+  }
+  // o = S' q = alpha (S q) + d (k . q); lane t stores rows r = t, t + 4, ...
+  void* op = mptr(p.out, p.out_dtype, int64_t(row) * p.out_tok + int64_t(hv) * p.out_head);
+#pragma unroll
+  for (int r = 0; r < RPT; ++r)
+    if ((r & 3) == t) st_any(op, i0 + 8 * r, p.out_dtype, fmaf(alpha, sq[r], d[r] * kq));
 }
 
 }  // namespace
@@ -68,9 +95,13 @@ void gdn_decode(const GdnStepParams& p, Stream stream) {
   auto st = static_cast<cudaStream_t>(stream);
   with_float_type(p.state_dtype, "state", [&](auto s) {
     using ST = decltype(s);
-    const Split sp = choose_split<ST>(p.rows, p.v_heads, p.head_k_dim, p.head_v_dim);
-    gdn_decode_kernel<ST><<<dim3(unsigned(p.v_heads * sp.slices), unsigned(p.rows)), dim3(unsigned(32 * sp.warps)), 0, st>>>(
-        p, sp.slices, sp.lpr);
+    with_head_k(p.head_k_dim, [&](auto kc) {
+      constexpr int K = decltype(kc)::value;
+      const int warps = quad_warps<ST, K>(p.rows, p.v_heads, p.head_v_dim);
+      const int slices = p.head_v_dim / (warps * 8 * QuadTile<ST, K>::RPT);
+      gdn_decode_kernel<ST, K><<<dim3(unsigned(p.v_heads * slices), unsigned(p.rows)), dim3(unsigned(32 * warps)), 0, st>>>(
+          p, slices, 0u);
+    });
   });
   check_launch("gdn_decode");
 }

@@ -4,22 +4,31 @@
 //
 // Mapping: grid (heads * chunks, rows); a CTA is one (row, head) and `tiles_per_cta` 16-row tiles
 // of P (one warp per tile; P split over more CTAs at small batch). A lane owns state rows p0+g and
-// p0+g+8 (g = lane/4) and, in every 4*VEC-wide column group, VEC contiguous columns (t = lane%4):
-// the checkpoint is read once, with 16-byte loads, all issued before the prologue.
+// p0+g+8 (g = lane/4) and, in every 4*VEC-wide column group, VEC contiguous columns (t = lane%4).
 //
-// Per CTA (w committed history tokens at logical 0..w-1, window tokens at logical w..w+n-1):
-//  1. stage the logical tokens' B rows (ring for k < w, step inputs for k >= w), this CTA's x rows,
-//     deltas, and the window's C as TF32 B-fragments in shared memory; the window's (x, delta, B)
-//     go into the ring at physical (origin + w + j) & (R-1) on the way;
-//  2. bc[k][s] = B_k . C_s on tensor cores (m16n8k8 TF32, rows = tokens, k-dim = dstate), then
-//     f[k][s] = delta_k exp(min(A (tot_s - c_k), 0)) bc[k][s], masked causal (k <= pre + s);
-//  3. flush rows only: S1 = exp(min(A H, 0)) S0 + X diag(scale) B^T on tensor cores, accumulating
-//     straight into the lane's state registers (column order permuted, see common.cuh TileMap);
-//     stored once (if w > 0) with 16-byte stores; the outputs use the fp32 S1;
-//  4. readout (S C_s) for all window positions s at once: one m16n8k8 per 8 state columns with the
+// The kernel streams the checkpoint, so its speed is the checkpoint bytes each SM keeps in flight
+// per unit of CTA lifetime. A CTA's life is three dependent load waves, each issued all at once:
+//  1. slot_idx, query_start_loc, A, D;
+//  2. the CTA's checkpoint slice (every 16-byte load into registers; it arrives while wave 3 and
+//     the token math below run) and the cursor (w, origin);
+//  3. the replayed tokens' B rows, this CTA's x columns and the window's C rows by cp.async into
+//     shared memory, then deltas and the gate by plain loads; one wait, one barrier.
+// (Staging element by element, one dependent load per loop trip, made the old prologue ~30 memory
+// latencies long: the kernel ran at a third of copy bandwidth.)
+// Then, with w committed history tokens at logical 0..w-1 and the window at logical w..w+n-1:
+//  a. the window's (x, B) go from shared memory into the ring at physical (origin + w + j) & (R-1);
+//  b. every warp takes suffix sums of the deltas in registers (no barrier; sums over recent tokens,
+//     see spec_mma.cuh SuffixScan64); bc[k][s] = B_k . C_s on tensor cores (16-bit: m16n8k16 on the
+//     stored pairs; fp32: 3xTF32 m16n8k8) is weighted in the accumulator layout into
+//     f[k][s] = delta_k exp(min(A sum_{k<j<=e} delta_j, 0)) bc[k][s], masked causal (k <= e = pre + s);
+//  c. flush rows only: S1 = exp(min(A H, 0)) S0 + X diag(scale) B^T on tensor cores (the scale on the
+//     X side, B exact), accumulating straight into the lane's state registers (column order permuted,
+//     see common.cuh TileMap); stored once (if w > 0) with 16-byte stores; the outputs use the fp32 S1;
+//  d. readout (S C_s) for all window positions s at once: one m16n8k8 per 8 state columns with the
 //     state as A (split hi + lo TF32, ~fp32 accuracy) and C as B (exact for bf16/fp16): the
 //     accumulator holds y[p][s] for the lane's rows and s = 2t, 2t+1, no cross-lane reduction;
-//  5. y_s = factor_s (S C_s) + sum_k f[k][s] x_k + D x_s, gate, store. No state write (non-flush).
+//  e. y_s = exp(A c_e) (S C_s) + sum_k f[k][s] x_k (m16n8k8: A = X^T, B = f) + D x_s, gate, store.
+//     No state write (non-flush).
 #include "cuda/common.cuh"
 #include "cuda/launch_util.cuh"
 #include "cuda/ops.hpp"
@@ -28,20 +37,26 @@
 namespace replayssm::cuda {
 namespace {
 
+using spec::ld_b32;
+using spec::ld_pair;
+using spec::mma_16816;
 using spec::mma_passes;
 using spec::Parts;
+using spec::SuffixScan64;
 using spec::split_tf32;
+using spec::stage_chunk;
+using spec::store_chunk;
 
-constexpr int kMaxRing = 64;  // logical tokens per row (w + n <= history + window <= R <= 64)
+constexpr int kMaxRing = 64;  // logical tokens per row: w + n <= history + window <= R <= 64
 constexpr int kMaxWin = 8;    // window positions: one MMA n-tile
+constexpr int kPad = 8;       // extra elements per shared row: rows stay 16-byte aligned (cp.async)
+                              // and fragment reads of consecutive rows fall in different banks
 
-__device__ __forceinline__ float warp_incl_scan(float v, int lane) {
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const float u = __shfl_up_sync(0xffffffffu, v, o);
-    if (lane >= o) v += u;
-  }
-  return v;
+// Dynamic shared memory: B rows [kmax][N + kPad], the window's C rows [kMaxWin][N + kPad], this
+// CTA's x columns [kmax][PC + kPad]; kmax = history + window logical tokens.
+template <class AT>
+size_t smem_bytes(int N, int kmax, int PC) {
+  return (size_t(kmax + kMaxWin) * (N + kPad) + size_t(kmax) * (PC + kPad)) * sizeof(AT);
 }
 
 template <class ST, class AT, int N>
@@ -49,14 +64,16 @@ __global__ void __launch_bounds__(256, 2)
 spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const int chunks) {
   using V = Vec16<ST>;
   constexpr int VEC = V::kN;
-  constexpr int NG = N / (4 * VEC);  // 16-byte column groups per row
-  constexpr int TG = VEC / 2;        // 8-column MMA tiles per group
-  constexpr int NKT = N / 8;         // MMA k-tiles (readout, bc) / n-tiles (fold) over dstate
-  constexpr int CP = Parts<AT>::kN;  // TF32 parts of an activation value
+  constexpr int NG = N / (4 * VEC);        // 16-byte column groups per state row
+  constexpr int TG = VEC / 2;              // 8-column MMA tiles per group
+  constexpr int NKT = N / 8;               // MMA k-tiles (readout, bc) / n-tiles (fold) over dstate
+  constexpr int CP = Parts<AT>::kN;        // TF32 parts of an activation value
+  constexpr int E = 16 / int(sizeof(AT));  // activation elements per 16-byte chunk
+  constexpr int BCH = N / E;               // chunks per B / C row
+  constexpr int BS = N + kPad;             // shared row stride of B and C
 
-  __shared__ float s_del[kMaxRing], s_cum[kMaxRing], s_scale[kMaxRing];
-  __shared__ __align__(16) float s_F[kMaxRing * kMaxWin];  // read as float2
-  __shared__ float s_fac[kMaxWin], s_fold;
+  __shared__ __align__(16) float s_F[kMaxRing * kMaxWin];  // f[k][s], written as float2
+  __shared__ float s_del[kMaxRing];                        // delta of logical token k
   extern __shared__ __align__(16) unsigned char s_dyn[];
 
   const Mamba2StepParams& p = vp.step;
@@ -66,13 +83,20 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const i
   const int nthreads = blockDim.x, nw = nthreads >> 5, tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int P = p.headdim, R = rg.ring, mask = R - 1;
-  const int PC = tiles_per_cta * 16, pbase = chunk * PC;
+  const int PC = tiles_per_cta * 16, XS = PC + kPad, XCH = PC / E, pbase = chunk * PC;
   const int p0 = pbase + warp * 16;
   const bool active = p0 < P;
 
+  // ---- wave 1 ----
   const int slot = p.slot_idx[row];
+  const int t0 = vp.query_start_loc[row], n = vp.query_start_loc[row + 1] - t0;
+  const float A = p.A[h];
+  const float Dh = p.D ? p.D[h] : 0.f;
   if (slot < 0 || slot >= p.slots) return;  // padding row: nothing read or written
 
+  // ---- wave 2: the cursor (first: wave 3 waits for it), the checkpoint slice, every load at once ----
+  const int32_t* cur = rg.cursor + int64_t(slot) * rg.cursor_slot;
+  const int w = cur[0], origin = cur[1];
   ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + int64_t(h) * P * N;
   const int pr[2] = {p0 + g, p0 + g + 8};
   const bool ok[2] = {active && pr[0] < P, active && pr[1] < P};
@@ -83,9 +107,6 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const i
     for (int m = 0; m < NG; ++m)
       raw[r][m] = ok[r] ? V::load_raw(S + int64_t(pr[r]) * N + m * 4 * VEC + t * VEC) : make_uint4(0, 0, 0, 0);
 
-  const int t0 = vp.query_start_loc[row], n = vp.query_start_loc[row + 1] - t0;
-  const int32_t* cur = rg.cursor + int64_t(slot) * rg.cursor_slot;
-  const int w = cur[0], origin = cur[1];
   // No window: no outputs and no fold (as on the CPU). Corrupt values: skip the row rather than
   // read or write out of bounds (the host validation names them when it is on).
   if (n <= 0 || n > vp.window || n > kMaxWin || t0 < 0 || t0 + n > p.tokens) return;
@@ -94,48 +115,41 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const i
   const int base = flush ? w : 0;  // first replayed token: the window only after a fold
   const int pre = w - base;        // replayed history tokens before window position 0
   const int KL = w + n - base;     // replayed tokens
-  const int ntok = w + n;          // logical tokens staged
-
+  const int ntok = w + n;          // logical tokens staged (a fold needs the history too)
   const int hpg = p.heads / p.groups, grp = h / hpg;
-  const float A = p.A[h];
 
-  // ---- dynamic shared memory: C fragments, B rows, this CTA's x rows ----
-  uint2* s_cf = reinterpret_cast<uint2*>(s_dyn);                                  // [CP][NKT][32]
-  AT* s_B = reinterpret_cast<AT*>(s_dyn + size_t(CP) * NKT * 32 * sizeof(uint2));  // [R][N]
-  AT* s_X = s_B + size_t(R) * N;                                                   // [R][PC]
-
+  // ---- wave 3: stage logical tokens 0..ntok-1 (ring for k < w, step inputs for k >= w) ----
+  const int kmax = vp.history + vp.window;
+  AT* s_B = reinterpret_cast<AT*>(s_dyn);  // [kmax][BS]
+  AT* s_C = s_B + size_t(kmax) * BS;       // [kMaxWin][BS], zeros past the window
+  AT* s_X = s_C + size_t(kMaxWin) * BS;    // [kmax][XS], zeros past P
   const AT* Bin = static_cast<const AT*>(p.B);
+  const AT* Cin = static_cast<const AT*>(p.C);
   const AT* xin = static_cast<const AT*>(p.x);
   AT* Bring = static_cast<AT*>(rg.B_ring) + int64_t(slot) * rg.Br_slot + int64_t(grp) * R * N;
   AT* xring = static_cast<AT*>(rg.x_ring) + int64_t(slot) * rg.xr_slot + int64_t(h) * R * P;
   float* dtr = rg.dt_ring + int64_t(slot) * rg.dtr_slot + int64_t(h) * R;
-  const bool writes_B = chunk == 0 && h % hpg == 0;
 
-  for (int idx = tid; idx < ntok * N; idx += nthreads) {
-    const int k = idx / N, nn = idx - k * N, pos = (origin + k) & mask;
-    if (k < w) {
-      s_B[idx] = Bring[int64_t(pos) * N + nn];
-    } else {
-      const AT v = Bin[int64_t(t0 + k - w) * p.B_tok + int64_t(grp) * p.B_group + nn];
-      s_B[idx] = v;
-      if (writes_B) Bring[int64_t(pos) * N + nn] = v;
-    }
+  for (int i = tid; i < ntok * BCH; i += nthreads) {
+    const int k = i / BCH, c = i % BCH;
+    const AT* src = k < w ? Bring + int64_t((origin + k) & mask) * N
+                          : Bin + int64_t(t0 + k - w) * p.B_tok + int64_t(grp) * p.B_group;
+    stage_chunk(s_B + k * BS + c * E, src + c * E, E);
   }
-  for (int idx = tid; idx < ntok * PC; idx += nthreads) {
-    const int k = idx / PC, pl = idx - k * PC, pp = pbase + pl, pos = (origin + k) & mask;
-    AT v = Traits<AT>::from_f(0.f);
-    if (pp < P) {
-      if (k < w) {
-        v = xring[int64_t(pos) * P + pp];
-      } else {
-        v = xin[int64_t(t0 + k - w) * p.x_tok + int64_t(h) * p.x_head + pp];
-        xring[int64_t(pos) * P + pp] = v;
-      }
-    }
-    s_X[idx] = v;
+  for (int i = tid; i < kMaxWin * BCH; i += nthreads) {
+    const int s = i / BCH, c = i % BCH;
+    const AT* src = s < n ? Cin + int64_t(t0 + s) * p.C_tok + int64_t(grp) * p.C_group + c * E : nullptr;
+    stage_chunk(s_C + s * BS + c * E, src, s < n ? E : 0);
   }
-  if (tid < ntok) {
-    const int k = tid, pos = (origin + k) & mask;
+  for (int i = tid; i < ntok * XCH; i += nthreads) {
+    const int k = i / XCH, c = i - k * XCH, pp = pbase + c * E;
+    const AT* src = k < w ? xring + int64_t((origin + k) & mask) * P + pp
+                          : xin + int64_t(t0 + k - w) * p.x_tok + int64_t(h) * p.x_head + pp;
+    stage_chunk(s_X + k * XS + c * E, src, P - pp);
+  }
+  // Deltas: a strided loop (a CTA may have fewer threads than the 64 logical tokens of a ring of 64).
+  for (int k = tid; k < ntok; k += nthreads) {
+    const int pos = (origin + k) & mask;
     float d;
     if (k < w) {
       d = dtr[pos];
@@ -147,78 +161,86 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const i
     }
     s_del[k] = d;
   }
-  {
-    const AT* Cin = static_cast<const AT*>(p.C);
-    for (int idx = tid; idx < NKT * 32; idx += nthreads) {
-      const int kt = idx >> 5, ln = idx & 31, s = ln >> 2, tt = ln & 3;
-      const int nA = (kt / TG) * 4 * VEC + tt * VEC + 2 * (kt % TG);
-      float c0 = 0.f, c1 = 0.f;
-      if (s < n) {
-        const AT* Cs = Cin + int64_t(t0 + s) * p.C_tok + int64_t(grp) * p.C_group;
-        c0 = Traits<AT>::to_f(Cs[nA]);
-        c1 = Traits<AT>::to_f(Cs[nA + 1]);
-      }
-      uint32_t h0, l0, h1, l1;
-      split_tf32<CP>(c0, h0, l0);
-      split_tf32<CP>(c1, h1, l1);
-      s_cf[idx] = make_uint2(h0, h1);
-      if constexpr (CP == 2) s_cf[NKT * 32 + idx] = make_uint2(l0, l1);
-    }
+  const AT* z = static_cast<const AT*>(p.z);
+  float zv[2][2] = {};  // gate inputs of the lane's outputs (rows pr[r], window positions 2t + e)
+  if (z) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (ok[r] && 2 * t + e < n)
+          zv[r][e] = Traits<AT>::to_f(z[int64_t(t0 + 2 * t + e) * p.z_tok + int64_t(h) * p.z_head + pr[r]]);
   }
+  cp_async_wait_all();
   __syncthreads();
 
-  // ---- cumulative deltas (warp 0) and bc = B_k . C_s on tensor cores (all warps) ----
-  if (warp == 0) {
-    const float d0 = lane < KL ? s_del[base + lane] : 0.f;
-    const float d1 = lane + 32 < KL ? s_del[base + lane + 32] : 0.f;
-    const float c0 = warp_incl_scan(d0, lane);
-    const float c1 = warp_incl_scan(d1, lane) + __shfl_sync(0xffffffffu, c0, 31);
-    s_cum[lane] = c0;
-    s_cum[lane + 32] = c1;
-    if (flush) {  // fold weights over the history k < w
-      const float e0 = lane < w ? s_del[lane] : 0.f, e1 = lane + 32 < w ? s_del[lane + 32] : 0.f;
-      const float h0 = warp_incl_scan(e0, lane);
-      const float h1 = warp_incl_scan(e1, lane) + __shfl_sync(0xffffffffu, h0, 31);
-      const float H = __shfl_sync(0xffffffffu, h1, 31);
-      s_scale[lane] = lane < w ? e0 * expf(fminf(A * (H - h0), 0.f)) : 0.f;
-      s_scale[lane + 32] = lane + 32 < w ? e1 * expf(fminf(A * (H - h1), 0.f)) : 0.f;
-      if (lane == 0) s_fold = expf(fminf(A * H, 0.f));
-    }
-    __syncwarp();
-    if (lane < kMaxWin) s_fac[lane] = lane < n ? expf(fminf(A * s_cum[pre + lane], 0.f)) : 0.f;
+  // ---- a. the window's x columns and B rows into the ring (logical w + j) ----
+  for (int i = tid; i < n * XCH; i += nthreads) {
+    const int j = i / XCH, c = i - j * XCH, pp = pbase + c * E;
+    store_chunk(xring + int64_t((origin + w + j) & mask) * P + pp, s_X + (w + j) * XS + c * E, P - pp);
   }
-  {
-    const int MT = (KL + 15) >> 4;
-    for (int mt = warp; mt < MT; mt += nw) {
-      const int kl0 = mt * 16 + g, kl1 = kl0 + 8;
-      const bool r0 = kl0 < KL, r1 = kl1 < KL;
-      const AT* B0 = s_B + size_t(base + (r0 ? kl0 : 0)) * N;
-      const AT* B1 = s_B + size_t(base + (r1 ? kl1 : 0)) * N;
-      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  if (chunk == 0 && h % hpg == 0)  // one CTA per (row, group) writes the group's B
+    for (int i = tid; i < n * BCH; i += nthreads) {
+      const int j = i / BCH, c = i % BCH;
+      store_chunk(Bring + int64_t((origin + w + j) & mask) * N + c * E, s_B + (w + j) * BS + c * E, E);
+    }
+
+  // ---- b. decay sums (per warp, in registers) and f[k][s] ----
+  // q_k = sum of the replayed deltas after k; c_e = sum up to e = total - q_e (q_e spans < 8 window
+  // tokens, so no long cancellation); the sum over (k, e] is q_k - q_e.
+  const SuffixScan64 qs(lane < KL ? s_del[base + lane] : 0.f, lane + 32 < KL ? s_del[base + lane + 32] : 0.f, lane);
+  const int e0 = pre + 2 * t;  // replayed index of the lane's window positions s = 2t, 2t + 1
+  const float qe[2] = {qs.at(min(e0, kMaxRing - 1)), qs.at(min(e0 + 1, kMaxRing - 1))};
+  const AT* Cg = s_C + size_t(g) * BS;  // B operand (n = g): window position g's C
+  const int MT = (KL + 15) >> 4;
+  for (int mt = warp; mt < MT; mt += nw) {
+    const int kl[2] = {mt * 16 + g, mt * 16 + g + 8};
+    const bool rv[2] = {kl[0] < KL, kl[1] < KL};
+    const AT* B0 = s_B + size_t(base + (rv[0] ? kl[0] : 0)) * BS;
+    const AT* B1 = s_B + size_t(base + (rv[1] ? kl[1] : 0)) * BS;
+    float acc[2][4] = {};  // two chains: half the MMA latency
+    if constexpr (CP == 1) {
+      // 16-bit B and C: m16n8k16 straight on the stored pairs (k-dim = dstate in order; the
+      // products are exact in fp32, as with TF32), no conversions.
+#pragma unroll
+      for (int kk = 0; kk < N / 16; ++kk) {
+        const int c0 = kk * 16 + 2 * t;
+        uint32_t a[4] = {ld_b32(B0 + c0), ld_b32(B1 + c0), ld_b32(B0 + c0 + 8), ld_b32(B1 + c0 + 8)};
+        if (!rv[0]) a[0] = a[2] = 0u;
+        if (!rv[1]) a[1] = a[3] = 0u;
+        mma_16816<AT>(acc[kk & 1], a, ld_b32(Cg + c0), ld_b32(Cg + c0 + 8));
+      }
+    } else {  // fp32 B and C: 3xTF32
 #pragma unroll
       for (int kt = 0; kt < NKT; ++kt) {
-        const int nA = (kt / TG) * 4 * VEC + t * VEC + 2 * (kt % TG);
-        const float a[4] = {r0 ? Traits<AT>::to_f(B0[nA]) : 0.f, r1 ? Traits<AT>::to_f(B1[nA]) : 0.f,
-                            r0 ? Traits<AT>::to_f(B0[nA + 1]) : 0.f, r1 ? Traits<AT>::to_f(B1[nA + 1]) : 0.f};
-        uint32_t ah[4], al[4];
+        const int c0 = kt * 8 + 2 * t;  // k-dim: columns c0, c0 + 1 as k = t, t + 4
+        float a[4], c[2];
+        ld_pair(B0 + c0, a[0], a[2]);
+        ld_pair(B1 + c0, a[1], a[3]);
+        ld_pair(Cg + c0, c[0], c[1]);
+        if (!rv[0]) a[0] = a[2] = 0.f;
+        if (!rv[1]) a[1] = a[3] = 0.f;
+        uint32_t ah[4], al[4], bh[2], bl[2];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) split_tf32<CP>(a[i], ah[i], al[i]);
-        const uint2 bh = s_cf[kt * 32 + lane];
-        const uint2 bl = CP == 2 ? s_cf[NKT * 32 + kt * 32 + lane] : make_uint2(0u, 0u);
-        mma_passes<CP, CP>(acc, ah, al, bh.x, bh.y, bl.x, bl.y);
+        for (int i = 0; i < 4; ++i) split_tf32<2>(a[i], ah[i], al[i]);
+        split_tf32<2>(c[0], bh[0], bl[0]);
+        split_tf32<2>(c[1], bh[1], bl[1]);
+        mma_passes<2, 2>(acc[kt & 1], ah, al, bh[0], bh[1], bl[0], bl[1]);
       }
-      s_F[kl0 * kMaxWin + 2 * t] = acc[0];
-      s_F[kl0 * kMaxWin + 2 * t + 1] = acc[1];
-      s_F[kl1 * kMaxWin + 2 * t] = acc[2];
-      s_F[kl1 * kMaxWin + 2 * t + 1] = acc[3];
     }
-  }
-  __syncthreads();
-  for (int idx = tid; idx < KL * kMaxWin; idx += nthreads) {
-    const int kl = idx / kMaxWin, s = idx % kMaxWin, e = pre + s;
-    float v = 0.f;
-    if (s < n && kl <= e) v = s_del[base + kl] * expf(fminf(A * (s_cum[e] - s_cum[kl]), 0.f)) * s_F[idx];
-    s_F[idx] = v;
+    const float qk[2] = {qs.at(kl[0]), qs.at(kl[1])};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float dk = rv[r] ? s_del[base + kl[r]] : 0.f;
+      float f[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int s = 2 * t + e;
+        const float bc = acc[0][2 * r + e] + acc[1][2 * r + e];
+        f[e] = s < n && kl[r] <= pre + s ? dk * expf(fminf(A * (qk[r] - qe[e]), 0.f)) * bc : 0.f;
+      }
+      *reinterpret_cast<float2*>(&s_F[kl[r] * kMaxWin + 2 * t]) = make_float2(f[0], f[1]);
+    }
   }
   __syncthreads();
   if (!active) return;
@@ -234,37 +256,44 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const i
 #pragma unroll
       for (int i = 0; i < VEC; ++i) sv[r][m * VEC + i] = tmp[i];
     }
-  const int pl[2] = {warp * 16 + g, warp * 16 + g + 8};
+  const int pl[2] = {warp * 16 + g, warp * 16 + g + 8};  // the lane's rows within the CTA's x columns
 
+  // ---- c. flush rows: fold the history into the state, store S1 ----
   if (flush && w > 0) {
-    const float fd = s_fold;
+    // scale_k = delta_k exp(A sum_{k < j < w} delta_j) = delta_k exp(A q_k); the state decays by exp(A H).
+    const SuffixScan64 hs(lane < w ? s_del[lane] : 0.f, lane + 32 < w ? s_del[lane + 32] : 0.f, lane);
+    const float fd = expf(fminf(A * hs.total, 0.f));
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int i = 0; i < NG * VEC; ++i) sv[r][i] *= fd;
     const int KTH = (w + 7) >> 3;
     for (int kk = 0; kk < KTH; ++kk) {
-      const int k0 = kk * 8 + t, k1 = k0 + 4;
+      const int k0 = kk * 8 + t, k1 = k0 + 4;  // A: rows p (g, g+8), k-dim = history tokens
       const bool q0 = k0 < w, q1 = k1 < w;
-      const float a[4] = {q0 ? Traits<AT>::to_f(s_X[k0 * PC + pl[0]]) : 0.f, q0 ? Traits<AT>::to_f(s_X[k0 * PC + pl[1]]) : 0.f,
-                          q1 ? Traits<AT>::to_f(s_X[k1 * PC + pl[0]]) : 0.f, q1 ? Traits<AT>::to_f(s_X[k1 * PC + pl[1]]) : 0.f};
+      const float h0 = hs.at(k0), h1 = hs.at(k1);
+      const float sc0 = q0 ? s_del[k0] * expf(fminf(A * h0, 0.f)) : 0.f;
+      const float sc1 = q1 ? s_del[k1] * expf(fminf(A * h1, 0.f)) : 0.f;
+      // A = X diag(scale) (rows p, k-dim = history tokens), fp32 -> hi + lo; B = B_k^T, exact for
+      // 16-bit activations (the scale sits on the A side, computed once per 8 tokens, not per column).
+      const AT* X0 = s_X + size_t(q0 ? k0 : 0) * XS;
+      const AT* X1 = s_X + size_t(q1 ? k1 : 0) * XS;
+      const float a[4] = {q0 ? sc0 * Traits<AT>::to_f(X0[pl[0]]) : 0.f, q0 ? sc0 * Traits<AT>::to_f(X0[pl[1]]) : 0.f,
+                          q1 ? sc1 * Traits<AT>::to_f(X1[pl[0]]) : 0.f, q1 ? sc1 * Traits<AT>::to_f(X1[pl[1]]) : 0.f};
       uint32_t ah[4], al[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) split_tf32<CP>(a[i], ah[i], al[i]);
-      const float sc0 = q0 ? s_scale[k0] : 0.f, sc1 = q1 ? s_scale[k1] : 0.f;
-      const AT* Bk0 = s_B + size_t(q0 ? k0 : 0) * N;
-      const AT* Bk1 = s_B + size_t(q1 ? k1 : 0) * N;
+      for (int i = 0; i < 4; ++i) split_tf32<2>(a[i], ah[i], al[i]);
+      const AT* Bk0 = s_B + size_t(q0 ? k0 : 0) * BS;  // row 0 (a history token) stands in for k >= w:
+      const AT* Bk1 = s_B + size_t(q1 ? k1 : 0) * BS;  // finite, and its A entries are 0
 #pragma unroll
       for (int j = 0; j < NKT; ++j) {
         const int nj = TileMap<VEC>::n_of(j, g);
-        const float b0 = q0 ? sc0 * Traits<AT>::to_f(Bk0[nj]) : 0.f;
-        const float b1 = q1 ? sc1 * Traits<AT>::to_f(Bk1[nj]) : 0.f;
         uint32_t bh0, bl0, bh1, bl1;
-        split_tf32<2>(b0, bh0, bl0);
-        split_tf32<2>(b1, bh1, bl1);
+        split_tf32<CP>(Traits<AT>::to_f(Bk0[nj]), bh0, bl0);
+        split_tf32<CP>(Traits<AT>::to_f(Bk1[nj]), bh1, bl1);
         const int m = j / TG, ii = m * VEC + (j % TG) * 2;
         float d[4] = {sv[0][ii], sv[0][ii + 1], sv[1][ii], sv[1][ii + 1]};
-        mma_passes<CP, 2>(d, ah, al, bh0, bh1, bl0, bl1);
+        mma_passes<2, CP>(d, ah, al, bh0, bh1, bl0, bl1);
         sv[0][ii] = d[0];
         sv[0][ii + 1] = d[1];
         sv[1][ii] = d[2];
@@ -284,45 +313,54 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const i
     }
   }
 
-  // ---- readout: acc = S C_s for rows (g, g+8) and s = 2t, 2t+1 ----
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  // ---- d. readout: acc = S C_s for rows (g, g+8) and s = 2t, 2t+1 ----
+  float acc[2][4] = {};  // two chains over the k-tiles
   auto readout = [&](auto ap) {
     constexpr int AP = decltype(ap)::value;
 #pragma unroll
     for (int m = 0; m < NG; ++m)
 #pragma unroll
       for (int q = 0; q < TG; ++q) {
-        const int kt = m * TG + q, ii = m * VEC + 2 * q;
+        const int kt = m * TG + q, ii = m * VEC + 2 * q;  // state column m*4*VEC + t*VEC + 2q (+1)
         const float a[4] = {sv[0][ii], sv[1][ii], sv[0][ii + 1], sv[1][ii + 1]};
-        uint32_t ah[4], al[4];
+        uint32_t ah[4], al[4], bh[2], bl[2];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) split_tf32<AP>(a[i], ah[i], al[i]);
-        const uint2 bh = s_cf[kt * 32 + lane];
-        const uint2 bl = CP == 2 ? s_cf[NKT * 32 + kt * 32 + lane] : make_uint2(0u, 0u);
-        mma_passes<AP, CP>(acc, ah, al, bh.x, bh.y, bl.x, bl.y);
+        for (int i = 0; i < 4; ++i) split_tf32<AP, false>(a[i], ah[i], al[i]);
+        float c0, c1;
+        ld_pair(Cg + m * 4 * VEC + t * VEC + 2 * q, c0, c1);
+        split_tf32<CP>(c0, bh[0], bl[0]);
+        split_tf32<CP>(c1, bh[1], bl[1]);
+        mma_passes<AP, CP>(acc[kt & 1], ah, al, bh[0], bh[1], bl[0], bl[1]);
       }
   };
   if (Parts<ST>::kN == 1 && !flush) readout(std::integral_constant<int, 1>{});  // 16-bit S0: exact in TF32
   else readout(std::integral_constant<int, 2>{});
 
-  // ---- ring term, skip, gate, store ----
+  // ---- e. ring term sum_k f[k][s] x_k on tensor cores (A = X^T: rows p, k-dim = replayed tokens;
+  //         B = F), then scale, skip, gate, store ----
+  float yr[4] = {};
+  for (int kb = 0; kb < (KL + 7) >> 3; ++kb) {
+    const int k0 = kb * 8 + t, k1 = k0 + 4;  // s_F rows up to 16 * MT - 1 exist (0 past KL)
+    const bool q0 = k0 < KL, q1 = k1 < KL;
+    const AT* X0 = s_X + size_t(base + (q0 ? k0 : 0)) * XS;
+    const AT* X1 = s_X + size_t(base + (q1 ? k1 : 0)) * XS;
+    const float a[4] = {q0 ? Traits<AT>::to_f(X0[pl[0]]) : 0.f, q0 ? Traits<AT>::to_f(X0[pl[1]]) : 0.f,
+                        q1 ? Traits<AT>::to_f(X1[pl[0]]) : 0.f, q1 ? Traits<AT>::to_f(X1[pl[1]]) : 0.f};
+    uint32_t ah[4], al[4], bh0, bl0, bh1, bl1;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) split_tf32<CP>(a[i], ah[i], al[i]);
+    split_tf32<2>(s_F[k0 * kMaxWin + g], bh0, bl0);
+    split_tf32<2>(s_F[k1 * kMaxWin + g], bh1, bl1);
+    mma_passes<CP, 2>(yr, ah, al, bh0, bh1, bl0, bl1);
+  }
   float y[2][2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r)
+  for (int e = 0; e < 2; ++e) {
+    const float fac = 2 * t + e < n ? expf(fminf(A * (qs.total - qe[e]), 0.f)) : 0.f;
 #pragma unroll
-    for (int e = 0; e < 2; ++e) y[r][e] = s_fac[2 * t + e] * acc[2 * r + e];
-  for (int kl = 0; kl < KL; ++kl) {
-    const float2 f = *reinterpret_cast<const float2*>(&s_F[kl * kMaxWin + 2 * t]);
-    const AT* xr = s_X + size_t(base + kl) * PC;
-    const float x0 = Traits<AT>::to_f(xr[pl[0]]), x1 = Traits<AT>::to_f(xr[pl[1]]);
-    y[0][0] = fmaf(f.x, x0, y[0][0]);
-    y[0][1] = fmaf(f.y, x0, y[0][1]);
-    y[1][0] = fmaf(f.x, x1, y[1][0]);
-    y[1][1] = fmaf(f.y, x1, y[1][1]);
+    for (int r = 0; r < 2; ++r) y[r][e] = fac * (acc[0][2 * r + e] + acc[1][2 * r + e]) + yr[2 * r + e];
   }
-  const float Dh = p.D ? p.D[h] : 0.f;
   AT* out = static_cast<AT*>(p.out);
-  const AT* z = static_cast<const AT*>(p.z);
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
     const int s = 2 * t + e;
@@ -331,11 +369,8 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const i
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       if (!ok[r]) continue;
-      float v = fmaf(Dh, Traits<AT>::to_f(s_X[size_t(w + s) * PC + pl[r]]), y[r][e]);
-      if (z) {
-        const float zv = Traits<AT>::to_f(z[int64_t(tok) * p.z_tok + int64_t(h) * p.z_head + pr[r]]);
-        v *= zv / (1.f + expf(-zv));
-      }
+      float v = fmaf(Dh, Traits<AT>::to_f(s_X[size_t(w + s) * XS + pl[r]]), y[r][e]);
+      if (z) v *= zv[r][e] / (1.f + expf(-zv[r][e]));
       out[int64_t(tok) * p.out_tok + int64_t(h) * p.out_head + pr[r]] = Traits<AT>::from_f(v);
     }
   }
@@ -346,9 +381,7 @@ void launch(const Mamba2VerifyParams& p, cudaStream_t st) {
   const PSplit sp = choose_psplit(p.step.rows, p.step.heads, p.step.headdim);
   const dim3 grid(unsigned(p.step.heads * sp.chunks), unsigned(p.step.rows));
   const dim3 block(unsigned(32 * sp.tiles_per_cta));
-  const int PC = sp.tiles_per_cta * 16, R = p.ring.ring;
-  const size_t smem = size_t(Parts<AT>::kN) * (N / 8) * 32 * sizeof(uint2) + size_t(R) * N * sizeof(AT) +
-                      size_t(R) * PC * sizeof(AT);
+  const size_t smem = smem_bytes<AT>(N, p.history + p.window, sp.tiles_per_cta * 16);
   auto kernel = spec_verify_kernel<ST, AT, N>;
   static size_t raised = 0;  // per instantiation
   if (smem > 48 * 1024 && smem > raised) {
@@ -366,13 +399,10 @@ void mamba2_spec_verify(const Mamba2VerifyParams& p, Stream stream) {
   if (p.window < 1 || p.window > kMaxWin)
     throw Error("spec", "the CUDA verify kernel supports windows of 1.." + std::to_string(kMaxWin) + " tokens, got " +
                             std::to_string(p.window));
-  if (p.ring.ring < 1 || p.ring.ring > kMaxRing || (p.ring.ring & (p.ring.ring - 1)))
+  if (p.ring.ring < 1 || p.ring.ring > kMaxRing || (p.ring.ring & (p.ring.ring - 1)) ||
+      p.history < 0 || p.history + p.window > p.ring.ring)
     throw Error("spec", "the CUDA verify kernel supports power-of-two rings of at most " + std::to_string(kMaxRing) +
-                            " positions, got " + std::to_string(p.ring.ring));
-  // Known wrong results at 64-position rings (history + window > 32; issue 5, docs/results.md).
-  if (p.ring.ring > 32)
-    throw Error("spec", "rings of more than 32 positions (history + window > 32) are disabled on CUDA until known "
-                        "wrong results at ring 64 are fixed (issue 5); got ring " + std::to_string(p.ring.ring));
+                            " positions holding history + window, got ring " + std::to_string(p.ring.ring));
   const size_t sb = dtype_size(p.step.state_dtype);
   if (reinterpret_cast<uintptr_t>(p.step.state) % 16 != 0 || (size_t(p.step.state_slot) * sb) % 16 != 0)
     throw Error("cache.checkpoint", "the CUDA kernels need 16-byte aligned slots (base pointer and slot stride)");

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/check.hpp"
@@ -134,11 +135,16 @@ void check_cuda_limits(const Checked& c, const GdnGeometry& geo, const TensorVie
   if (reinterpret_cast<uintptr_t>(state.data) % 16 != 0 || (state.stride[0] * es) % 16 != 0)
     throw Error(state_name, "the CUDA kernels need a 16-byte aligned base and slot stride, got slot stride " +
                                 str(state.stride[0]) + " elements");
-  // The GDN CUDA kernels have not yet passed their GPU tests (issue 6): opt in explicitly.
-  const char* opt = std::getenv("REPLAYSSM_EXPERIMENTAL_CUDA_GDN");
-  if (!opt || !*opt || std::string(opt) == "0")
-    throw Error("device", "the Gated DeltaNet CUDA kernels are experimental and not yet verified on a GPU (issue 6); "
-                          "set REPLAYSSM_EXPERIMENTAL_CUDA_GDN=1 to run them, or pass CPU tensors");
+}
+
+// The CUDA ReplaySSM decode reads the d / k history with 16-byte (float32) or 8-byte (16-bit)
+// vector loads: base and slot stride must be 16-byte aligned (rows are then aligned: K, V >= 64).
+void check_cuda_ring_alignment(const Checked& c, const TensorView& d, const TensorView& k) {
+  if (c.dev.type != DeviceType::cuda) return;
+  for (const auto& [name, t] : {std::pair<const char*, const TensorView&>{"cache.d_ring", d}, {"cache.k_ring", k}})
+    if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0 || (t.stride[0] * dtype_size(t.dtype)) % 16 != 0)
+      throw Error(name, "the CUDA kernels need a 16-byte aligned base and slot stride, got slot stride " +
+                            str(t.stride[0]) + " elements");
 }
 
 // True when the op runs on CUDA; throws if this build has no CUDA kernels.
@@ -239,6 +245,7 @@ void replay_decode(const ReplayDecodeArgs& a, Stream stream) {
   const int64_t slots = a.cache.checkpoint.shape[0];
   const int L = check_rings(a.cache.d_ring, a.cache.k_ring, a.cache.g_ring, a.cache.cursor, a.geo, c, slots, -1, 1);
   check_cuda_limits(c, a.geo, a.cache.checkpoint, "cache.checkpoint");
+  check_cuda_ring_alignment(c, a.cache.d_ring, a.cache.k_ring);
   if (c.dev.type == DeviceType::cuda && L > 32)
     throw Error("cache.d_ring", "the CUDA kernels support ring lengths 1..32, got " + str(L));
   if (const auto sl = read_slots(a.slot_idx, slots, stream)) {

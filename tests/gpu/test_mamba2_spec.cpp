@@ -227,15 +227,22 @@ TEST(CudaMamba2Spec, RandomAcceptanceAllDtypePairs) {
     }
 }
 
-// Every window size and a few ring sizes; production geometries (dstate 128, 64-row P tiles and
-// the 80-row Nano head).
+// Every window size and ring sizes 16..64; production geometries (dstate 128, 64-row P tiles and
+// the 80-row Nano head). These batches are small, so every case launches one-warp CTAs (P split
+// over 16-row chunks): a ring of 64 then holds more logical tokens (up to history + window = 64)
+// than a CTA has threads -- the case the ring-64 bug (deltas staged one per thread) broke.
 TEST(CudaMamba2Spec, WindowsRingsAndGeometries) {
   NEED_GPU();
   struct C { Mamba2Geometry geo; int B, T, rows, steps; };
   const C cases[] = {
       {{8, 64, 128, 2}, 8, 1, 4, 60},   {{8, 64, 128, 2}, 8, 2, 4, 80},   {{8, 64, 128, 2}, 16, 6, 4, 120},
-      {{8, 64, 128, 2}, 16, 8, 4, 120}, {{8, 64, 128, 2}, 32, 8, 3, 120}, {{8, 64, 128, 2}, 56, 8, 3, 100},
+      {{8, 64, 128, 2}, 16, 8, 4, 120},
+      {{8, 64, 128, 2}, 25, 7, 3, 100},  // ring 32 exactly full: w + n = 32
+      {{8, 64, 128, 2}, 26, 7, 3, 100},  // ring 64, up to 33 logical tokens
+      {{8, 64, 128, 2}, 32, 8, 3, 120}, {{8, 64, 128, 2}, 56, 8, 3, 100},  // ring 64
+      {{8, 64, 128, 2}, 40, 3, 3, 100},  // ring 64, short windows: long non-flush replays (KL <= 43)
       {{6, 80, 64, 3}, 12, 4, 4, 80},   {{12, 80, 128, 1}, 16, 4, 3, 60},
+      {{6, 80, 64, 3}, 48, 8, 3, 80},    // ring 64, dstate 64, P = 80
       {{96, 80, 128, 8}, 16, 4, 2, 25},  // Nemotron-3 Nano
       {{128, 64, 128, 8}, 16, 6, 2, 20}, // Super
       {{256, 64, 128, 8}, 16, 8, 1, 12}, // Ultra
@@ -254,6 +261,93 @@ TEST(CudaMamba2Spec, WindowsRingsAndGeometries) {
                 log.max_state(), d.out, d.state, log.flushes);
     expect_spec_clean(log, d, tolerance(dt), what.c_str());
   }
+}
+
+// The CTA shapes of a serving batch. The launch gives a CTA all P/16 row tiles of a head (4 warps
+// for P = 64, 5 for the Nano head) once rows * heads reaches 8 CTAs per SM (choose_psplit in
+// src/cuda/launch_util.cuh) and splits P over smaller CTAs below that, so the small batches above
+// never run them. Here the batch is that large, but mostly padding rows (they launch CTAs and cost
+// no host reference work), and the pool is shrunk to a few slots. Rings of 32 and 64, 16- and
+// 32-bit activations (fp32 at ring 64 needs > 48 KB of shared memory: the opt-in path).
+int sm_count_dev0() {
+  int n = 0;
+  cuda_ok(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0), "SM count");
+  return n;
+}
+// Rows for `tiles` warps per CTA: the fewest with rows * heads * chunks >= 8 CTAs per SM.
+int rows_for_tiles(const Mamba2Geometry& g, int tiles) {
+  const int ntiles = (g.headdim + 15) / 16, chunks = (ntiles + tiles - 1) / tiles, target = 8 * sm_count_dev0();
+  return (target + g.heads * chunks - 1) / (g.heads * chunks);
+}
+
+TEST(CudaMamba2Spec, ServingBatchCtaShapes) {
+  NEED_GPU();
+  struct C { Mamba2Geometry geo; int tiles; DtypePair dt; int B, T, steps; };
+  const C cases[] = {
+      {{16, 64, 128, 2}, 4, {DType::f32, DType::bf16}, 56, 8, 24},  // Super / Ultra head, full CTA, ring 64
+      {{16, 64, 128, 2}, 4, {DType::f32, DType::bf16}, 16, 4, 24},  // ring 32
+      {{16, 64, 128, 2}, 2, {DType::f32, DType::bf16}, 32, 8, 24},  // 2-warp CTAs, 2 chunks
+      {{16, 80, 128, 2}, 5, {DType::f32, DType::f32}, 56, 8, 20},   // Nano head: 5 warps, fp32 act, ring 64
+      {{16, 64, 64, 4}, 4, {DType::bf16, DType::f16}, 40, 6, 24},   // dstate 64, 16-bit state
+  };
+  uint64_t seed = 300;
+  for (const C& c : cases) {
+    const int rows = rows_for_tiles(c.geo, c.tiles), live = 3, slots = 6;
+    Problem pb(setup(c.geo, c.dt, rows, 0, ++seed, rows + 3));
+    pb.s.slots = slots;  // caches for 6 slots; rows 0, rows / 2, rows - 1 live, the rest padding
+    std::vector<int> sl(size_t(rows), -1);
+    sl[0] = 4; sl[size_t(rows / 2)] = 1; sl[size_t(rows - 1)] = 2;
+    pb.set_slots(sl);
+    SpecOpts o;
+    o.spec.history = c.B; o.spec.window = c.T;
+    o.steps = c.steps;
+    o.full_windows = true;  // the ring fills fast: ring-64 fill levels within a few steps
+    o.accept = [](int row, int, int n, bool) { return row == 0 ? n : std::max(1, n - 1 - row % 3); };
+    CpuDiff d;
+    const RunLog log = run_spec(pb, o, gpu_backend(&d));
+    const std::string what = c.geo.to_string() + " " + pair_name(c.dt) + " B" + std::to_string(c.B) + " T" +
+                             std::to_string(c.T) + " rows " + std::to_string(rows) + " (" + std::to_string(live) +
+                             " live), " + std::to_string(c.tiles) + " warps per CTA";
+    std::printf("  [%s] out %.2e state %.2e | vs cpu out %.2e state %.2e | flushes %d\n", what.c_str(), log.max_out(),
+                log.max_state(), d.out, d.state, log.flushes);
+    expect_spec_clean(log, d, tolerance(c.dt), what.c_str());
+  }
+}
+
+// Inputs whose token rows are not 16-byte aligned (odd token strides) and a head size that ends
+// inside a 16-row tile and inside a 16-byte chunk (P = 36; bf16 ring rows of 72 bytes): the staging
+// falls back to element copies for those rows. Rings of 32 and 64.
+TEST(CudaMamba2Spec, UnalignedRowsAndPartialTiles) {
+  NEED_GPU();
+  for (DType ad : {DType::bf16, DType::f32})
+    for (int B : {16, 40}) {
+      const DtypePair dt{DType::f32, ad};
+      Problem pb(setup({4, 36, 64, 2}, dt, 4, 1, 900 + uint64_t(B) + uint64_t(ad)));
+      SpecOpts o;
+      o.spec.history = B; o.spec.window = 8;
+      o.steps = 60;
+      std::vector<HostTensor> keep;  // the re-laid copies live until the op has run
+      keep.reserve(4);
+      o.tamper = [&keep](int, Problem& p, mamba2::VerifyArgs& a) {
+        keep.clear();
+        auto relay = [&keep](const HostTensor& src) {
+          HostTensor t(src.dtype(), src.shape(), 1);  // token stride + 1 element
+          for (int64_t i = 0; i < src.numel(); ++i) t.set_flat(i, src.flat(i));
+          keep.push_back(std::move(t));
+          return keep.back().view();
+        };
+        a.in.x = relay(p.x);
+        a.in.B = relay(p.B);
+        a.in.C = relay(p.C);
+        if (p.s.gate) a.in.z = relay(p.z);
+      };
+      CpuDiff d;
+      const RunLog log = run_spec(pb, o, gpu_backend(&d));
+      const std::string what = "P36 odd strides " + pair_name(dt) + " B" + std::to_string(B);
+      std::printf("  [%s] out %.2e state %.2e | vs cpu out %.2e state %.2e | flushes %d\n", what.c_str(), log.max_out(),
+                  log.max_state(), d.out, d.state, log.flushes);
+      expect_spec_clean(log, d, tolerance(dt), what.c_str());
+    }
 }
 
 // One verify step == the same window stepped through standard ReplaySSM decode (CPU backend), at
@@ -287,17 +381,24 @@ TEST(CudaMamba2Spec, VerifyEqualsSteppedDecodeAtEveryFillLevel) {
 }
 
 // A small case for compute-sanitizer (memcheck / racecheck): flush and non-flush rows, a partial
-// P tile split (P = 80), window 8, ring 32, then the classic path.
+// P tile split (P = 80), window 8, rings of 32 and 64 (full windows, all accepted: the ring-64 run
+// reaches 64 logical tokens and folds within its 12 steps), then the classic path.
 TEST(CudaMamba2Spec, SanitizerSmallCase) {
   NEED_GPU();
   const DtypePair dt{DType::f32, DType::bf16};
-  Problem pb(setup({4, 80, 128, 2}, dt, 3, 1, 5));
-  SpecOpts o;
-  o.spec.history = 16; o.spec.window = 8;
-  o.steps = 12;
-  CpuDiff d;
-  const RunLog log = run_spec(pb, o, gpu_backend(&d));
-  expect_spec_clean(log, d, tolerance(dt), "sanitizer case");
+  for (int B : {16, 56}) {
+    Problem pb(setup({4, 80, 128, 2}, dt, 3, 1, 5 + uint64_t(B)));
+    SpecOpts o;
+    o.spec.history = B; o.spec.window = 8;
+    o.steps = 12;
+    if (B > 16) {
+      o.full_windows = true;
+      o.accept = [](int, int, int n, bool) { return n; };
+    }
+    CpuDiff d;
+    const RunLog log = run_spec(pb, o, gpu_backend(&d));
+    expect_spec_clean(log, d, tolerance(dt), ("sanitizer case B" + std::to_string(B)).c_str());
+  }
   Problem pc(setup({4, 80, 128, 2}, dt, 3, 1, 6, 2 * 8 + 3));
   const RunLog lc = run_classic_spec(pc, 8, 4, gpu_backend(nullptr));
   EXPECT_LE(lc.max_out(), tolerance(dt).out);

@@ -21,10 +21,7 @@ def pair_id(p):
 
 
 @pytest.fixture(params=DEVICES)
-def device(request, monkeypatch):
-    if request.param == "cuda":
-        # The GDN CUDA kernels are opt-in until verified on a GPU (src/dispatch/gdn.cpp, issue 6).
-        monkeypatch.setenv("REPLAYSSM_EXPERIMENTAL_CUDA_GDN", "1")
+def device(request):
     return torch.device(request.param)
 
 

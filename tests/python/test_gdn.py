@@ -340,8 +340,7 @@ def test_bad_input_raises_with_the_argument_and_writes_nothing(device):
 
 
 @cuda_only()
-def test_cuda_graph_captures_a_decode_step(monkeypatch):
-    monkeypatch.setenv("REPLAYSSM_EXPERIMENTAL_CUDA_GDN", "1")
+def test_cuda_graph_captures_a_decode_step():
     dev, L = torch.device("cuda"), 8
     wd = World(GEOMETRIES["qwen3.5-4b/tp4"], torch.float32, torch.bfloat16, dev, seed=10)
     static, _ = wd.tokens(wd.rows)

@@ -5,10 +5,12 @@
 // op in the graph; speculative verify is followed by commit_cursors with random accepted counts,
 // so flushes happen when the strict early-flush rule says so. Bytes are counted from the shapes
 // (state, rings, inputs, outputs); "frac" is TB/s over the device-to-device copy bandwidth
-// measured in the same run (bytes read + written).
+// measured in the same run (bytes read + written); "bytes x" is the op's bytes over its classic
+// comparator's (the byte bound of the ratio). Caches are rotated over >= 256 MB ("sets").
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -91,8 +93,6 @@ struct Row {
 }  // namespace
 
 void run_bench_gdn(const BenchGdnOptions& o) {
-  // This tool measures the experimental GDN CUDA kernels on purpose (issue 6): opt in for this process.
-  setenv("REPLAYSSM_EXPERIMENTAL_CUDA_GDN", "1", 0);
   const DType sd = parse_dt(o.state, "--state-dtype"), ad = parse_dt(o.act, "--act-dtype"), rd = parse_dt(o.ring, "--ring-dtype");
   const double es = dtype_size(sd), ea = dtype_size(ad), er = dtype_size(rd);
   cudaDeviceProp prop{};
@@ -100,11 +100,16 @@ void run_bench_gdn(const BenchGdnOptions& o) {
   const double copy = bench::copy_bandwidth_tbps();
   std::printf("device %s, copy bandwidth %.2f TB/s (read + write); state %s act %s ring %s L=%d B=%d\n", prop.name, copy,
               o.state.c_str(), o.act.c_str(), o.ring.c_str(), o.L, o.history);
-  std::printf("%-20s %5s %-22s %3s %10s %10s %7s %6s %8s\n", "model", "batch", "op", "T", "us", "MB", "TB/s", "frac", "vs classic");
+  std::printf("%-20s %5s %-22s %3s %10s %10s %7s %6s %9s %7s %4s\n", "model", "batch", "op", "T", "us", "MB", "TB/s", "frac",
+              "vs classic", "bytes x", "sets");
   cudaStream_t st;
   ck(cudaStreamCreate(&st), "stream");
   std::vector<Row> rows;
   std::mt19937_64 rng(7);
+  // Sets of caches (own slots of one pool, own slot ids and cursors) rotated launch by launch so
+  // that >= rotate MB are touched between two uses of a set: small batches are not served from L2.
+  const double rotate = 256e6;
+  auto sets_for = [&](double set_bytes) { return int(std::clamp(std::ceil(rotate / set_bytes), 1.0, 64.0)); };
   for (const std::string& mname : o.models) {
     const GdnGeometry geo = find_gdn_preset(mname).geo;
     const int64_t H = geo.k_heads, HV = geo.v_heads, K = geo.head_k_dim, V = geo.head_v_dim;
@@ -117,13 +122,24 @@ void run_bench_gdn(const BenchGdnOptions& o) {
       Buf qkv(size_t(tokens * width) * size_t(ea), 0x1c), a(size_t(tokens * HV) * size_t(ea), 0x1c),
           b(size_t(tokens * HV) * size_t(ea), 0x1c), out(size_t(tokens * HV * V) * size_t(ea));
       Buf A_log(HV * 4), dt_bias(HV * 4);
-      const int64_t pool = int64_t(B) * Tmax;  // classic spec needs T slots per request
+      const int L = o.L;
+      const double ring_b = double(HV) * L * V * er + double(H) * L * K * er + HV * L * 4.0;  // per slot
+      const int ns = sets_for(B * (state_b + ring_b)), ns_spec = sets_for(double(B) * Tmax * state_b);
+      const int64_t pool = std::max<int64_t>(int64_t(ns) * B, int64_t(ns_spec) * B * Tmax);
       Buf state(size_t(pool * HV * V * K) * size_t(es));
-      std::vector<int32_t> ids(static_cast<size_t>(B));
-      for (int i = 0; i < B; ++i) ids[size_t(i)] = i;
-      std::shuffle(ids.begin(), ids.end(), rng);
-      Buf sidx(size_t(B) * 4);
+      // slot ids of set s: a shuffled permutation of [s B, (s + 1) B)
+      std::vector<int32_t> perm(static_cast<size_t>(B));
+      for (int i = 0; i < B; ++i) perm[size_t(i)] = i;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      const int nsid = std::max(ns, ns_spec);
+      std::vector<int32_t> ids(size_t(B) * nsid);
+      for (int s = 0; s < nsid; ++s)
+        for (int i = 0; i < B; ++i) ids[size_t(s) * B + i] = perm[size_t(i)] + s * B;
+      Buf sidx(ids.size() * 4);
       upload(sidx, ids);
+      auto sid = [&](int s) {
+        return TensorView::contiguous(static_cast<int32_t*>(sidx.p) + int64_t(s) * B, DType::i32, {B}, Device::cuda(0));
+      };
       auto inputs = [&](int64_t n) {
         const char* base = static_cast<const char*>(qkv.p);
         gdn::TokenInputs in;
@@ -136,27 +152,30 @@ void run_bench_gdn(const BenchGdnOptions& o) {
       };
       gdn::Weights w{tv(A_log, DType::f32, {HV}), tv(dt_bias, DType::f32, {HV}), 0.f, true};
       const TensorView outv = tv(out, ad, {B, HV, V});
-      auto report = [&](const std::string& what, int T, double us, double bytes, double classic_us) {
+      const double classic_bytes = B * (2 * state_b + tok_in + tok_out);
+      auto report = [&](const std::string& what, int T, double us, double bytes, double classic_us, int sets, double ref_bytes) {
         Row r{mname, what, B, T, us, bytes, classic_us > 0 ? classic_us / us : 0};
         rows.push_back(r);
         const double tb = bytes / us * 1e-6;
-        std::printf("%-20s %5d %-22s %3d %10.2f %10.2f %7.3f %6.3f %8.2fx\n", mname.c_str(), B, what.c_str(), T, us, bytes * 1e-6,
-                    tb, tb / copy, r.ratio);
+        std::printf("%-20s %5d %-22s %3d %10.2f %10.2f %7.3f %6.3f %8.2fx %7.3f %4d\n", mname.c_str(), B, what.c_str(), T, us,
+                    bytes * 1e-6, tb, tb / copy, r.ratio, bytes / ref_bytes, sets);
       };
+      const int per = std::max(o.steps, ns) / ns * ns;  // launches per graph, a multiple of the sets
 
       // classic step
-      const double classic_bytes = B * (2 * state_b + tok_in + tok_out);
-      const double t_classic = time_graph(st, o.reps, o.steps, [&] {
-        for (int i = 0; i < o.steps; ++i) gdn::decode({geo, inputs(B), w, tv(state, sd, {B, HV, V, K}), tv(sidx, DType::i32, {B}), outv}, st);
+      const TensorView pool_state = tv(state, sd, {pool, HV, V, K});
+      const double t_classic = time_graph(st, o.reps, per, [&] {
+        for (int i = 0; i < per; ++i) gdn::decode({geo, inputs(B), w, pool_state, sid(i % ns), outv}, st);
       });
-      report("classic", 0, t_classic, classic_bytes, t_classic);
+      report("classic", 0, t_classic, classic_bytes, t_classic, ns, classic_bytes);
 
       // ReplaySSM standard decode
-      const int L = o.L;
-      Buf dr(size_t(B * HV * L * V) * size_t(er)), kr(size_t(B * H * L * K) * size_t(er)), gr(size_t(B * HV * L) * 4),
-          cur(size_t(B) * 4);
-      gdn::ReplayCache cache{tv(state, sd, {B, HV, V, K}), tv(dr, rd, {B, HV, L, V}), tv(kr, rd, {B, H, L, K}),
-                             tv(gr, DType::f32, {B, HV, L}), tv(cur, DType::i32, {B})};
+      const int64_t rs = int64_t(ns) * B;
+      Buf dr(size_t(rs * HV * L * V) * size_t(er)), kr(size_t(rs * H * L * K) * size_t(er)), gr(size_t(rs * HV * L) * 4),
+          cur(size_t(rs) * 4);
+      gdn::ReplayCache cache{pool_state, tv(dr, rd, {rs, HV, L, V}), tv(kr, rd, {rs, H, L, K}), tv(gr, DType::f32, {rs, HV, L}),
+                             tv(cur, DType::i32, {rs})};
+      cache.checkpoint.shape[0] = rs;
       auto ring_read = [&](int wpos) { return double(wpos) * (HV * V * er + H * K * er + HV * 4.0); };
       const double ring_write = HV * V * er + H * K * er + HV * 4.0;
       auto step_bytes = [&](int wpos) {
@@ -164,23 +183,24 @@ void run_bench_gdn(const BenchGdnOptions& o) {
         return B * ((fl ? 2 : 1) * state_b + tok_in + tok_out + ring_read(wpos) + (fl ? 0 : ring_write));
       };
       auto at_w = [&](int wpos) {
-        upload(cur, std::vector<int32_t>(size_t(B), wpos));
-        return time_graph(st, o.reps, o.steps, [&] {
-          for (int i = 0; i < o.steps; ++i) gdn::replay_decode({geo, inputs(B), w, cache, tv(sidx, DType::i32, {B}), outv}, st);
+        upload(cur, std::vector<int32_t>(size_t(rs), wpos));
+        return time_graph(st, o.reps, per, [&] {
+          for (int i = 0; i < per; ++i) gdn::replay_decode({geo, inputs(B), w, cache, sid(i % ns), outv}, st);
         });
       };
-      if (L > 1) report("append w=L/2", 0, at_w(L / 2), step_bytes(L / 2), t_classic);
-      report("flush w=L-1", 0, at_w(L - 1), step_bytes(L - 1), t_classic);
-      upload(cur, std::vector<int32_t>(size_t(B), 0));
-      const double t_cycle = time_graph(st, o.reps, L, [&] {
-        for (int i = 0; i < L; ++i) {
-          gdn::replay_decode({geo, inputs(B), w, cache, tv(sidx, DType::i32, {B}), outv}, st);
-          advance_cursors(cache.cursor, tv(sidx, DType::i32, {B}), L, st);
-        }
+      if (L > 1) report("append w=L/2", 0, at_w(L / 2), step_bytes(L / 2), t_classic, ns, classic_bytes);
+      report("flush w=L-1", 0, at_w(L - 1), step_bytes(L - 1), t_classic, ns, classic_bytes);
+      upload(cur, std::vector<int32_t>(size_t(rs), 0));
+      const double t_cycle = time_graph(st, o.reps, L * ns, [&] {
+        for (int i = 0; i < L; ++i)
+          for (int s = 0; s < ns; ++s) {
+            gdn::replay_decode({geo, inputs(B), w, cache, sid(s), outv}, st);
+            advance_cursors(cache.cursor, sid(s), L, st);
+          }
       });
       double cyc_bytes = 0;
       for (int i = 0; i < L; ++i) cyc_bytes += step_bytes(i);
-      report("amortised cycle", 0, t_cycle, cyc_bytes / L, t_classic);
+      report("amortised cycle", 0, t_cycle, cyc_bytes / L, t_classic, ns, classic_bytes);
 
       // speculative: classic spec path vs verify + commit
       for (int T : o.windows) {
@@ -189,9 +209,9 @@ void run_bench_gdn(const BenchGdnOptions& o) {
           continue;
         }
         const int64_t ntok = int64_t(B) * T;
-        std::vector<int32_t> qsl(static_cast<size_t>(B) + 1), si(static_cast<size_t>(B) * T), acc(static_cast<size_t>(B));
+        std::vector<int32_t> qsl(static_cast<size_t>(B) + 1), si(static_cast<size_t>(B) * T * ns_spec), acc(static_cast<size_t>(B));
         for (int i = 0; i <= B; ++i) qsl[size_t(i)] = i * T;
-        for (int i = 0; i < B * T; ++i) si[size_t(i)] = i;
+        for (size_t i = 0; i < si.size(); ++i) si[i] = int32_t(i);
         std::uniform_int_distribution<int> ac(1, T);
         for (int i = 0; i < B; ++i) acc[size_t(i)] = ac(rng);
         Buf qsl_b(qsl.size() * 4), si_b(si.size() * 4), acc_b(acc.size() * 4);
@@ -199,26 +219,32 @@ void run_bench_gdn(const BenchGdnOptions& o) {
         upload(si_b, si);
         upload(acc_b, acc);
         const TensorView outT = tv(out, ad, {ntok, HV, V});
+        auto si_set = [&](int s) {
+          return TensorView::contiguous(static_cast<int32_t*>(si_b.p) + int64_t(s) * B * T, DType::i32, {B, T}, Device::cuda(0));
+        };
         const double cs_bytes = B * (state_b * (1 + T) + T * (tok_in + tok_out));
-        const double t_cs = time_graph(st, o.reps, o.steps, [&] {
-          for (int i = 0; i < o.steps; ++i)
-            gdn::classic_spec_decode({geo, T, inputs(ntok), w, tv(state, sd, {pool, HV, V, K}), tv(si_b, DType::i32, {B, T}),
-                                      tv(acc_b, DType::i32, {B}), tv(qsl_b, DType::i32, {B + 1}), outT},
+        const int per_s = std::max(o.steps, ns_spec) / ns_spec * ns_spec;
+        const double t_cs = time_graph(st, o.reps, per_s, [&] {
+          for (int i = 0; i < per_s; ++i)
+            gdn::classic_spec_decode({geo, T, inputs(ntok), w, pool_state, si_set(i % ns_spec), tv(acc_b, DType::i32, {B}),
+                                      tv(qsl_b, DType::i32, {B + 1}), outT},
                                      st);
         });
-        report("classic spec", T, t_cs, cs_bytes, t_cs);
+        report("classic spec", T, t_cs, cs_bytes, t_cs, ns_spec, cs_bytes);
         const SpecConfig spec{o.history, T};
         const int R = spec.ring_len();
-        Buf sdr(size_t(B * HV * R * V) * size_t(er)), skr(size_t(B * H * R * K) * size_t(er)), sgr(size_t(B * HV * R) * 4),
-            scur(size_t(B) * 8);
-        gdn::SpecCache sc{tv(state, sd, {B, HV, V, K}), tv(sdr, rd, {B, HV, R, V}), tv(skr, rd, {B, H, R, K}),
-                          tv(sgr, DType::f32, {B, HV, R}), tv(scur, DType::i32, {B, 2})};
+        Buf sdr(size_t(rs * HV * R * V) * size_t(er)), skr(size_t(rs * H * R * K) * size_t(er)), sgr(size_t(rs * HV * R) * 4),
+            scur(size_t(rs) * 8);
+        gdn::SpecCache sc{pool_state, tv(sdr, rd, {rs, HV, R, V}), tv(skr, rd, {rs, H, R, K}), tv(sgr, DType::f32, {rs, HV, R}),
+                          tv(scur, DType::i32, {rs, 2})};
+        sc.checkpoint.shape[0] = rs;
         const int nsteps = std::max(o.steps, 2 * o.history);
-        const double t_v = time_graph(st, o.reps, nsteps, [&] {
-          for (int i = 0; i < nsteps; ++i) {
-            gdn::spec_verify({geo, spec, inputs(ntok), w, sc, tv(sidx, DType::i32, {B}), tv(qsl_b, DType::i32, {B + 1}), outT}, st);
-            commit_cursors(sc.cursor, tv(sidx, DType::i32, {B}), tv(acc_b, DType::i32, {B}), tv(qsl_b, DType::i32, {B + 1}), spec, st);
-          }
+        const double t_v = time_graph(st, o.reps, nsteps * ns, [&] {
+          for (int i = 0; i < nsteps; ++i)
+            for (int s = 0; s < ns; ++s) {
+              gdn::spec_verify({geo, spec, inputs(ntok), w, sc, sid(s), tv(qsl_b, DType::i32, {B + 1}), outT}, st);
+              commit_cursors(sc.cursor, sid(s), tv(acc_b, DType::i32, {B}), tv(qsl_b, DType::i32, {B + 1}), spec, st);
+            }
         });
         // bytes: checkpoint read, the history at its mean fill (about B/2), the window's inputs,
         // outputs and ring writes, plus a checkpoint write about every (B - T + 1) / mean-accepted steps.
@@ -226,7 +252,7 @@ void run_bench_gdn(const BenchGdnOptions& o) {
         const double flush_every = std::max(1.0, (o.history - T + 1) / mean_acc);
         const double v_bytes = B * (state_b * (1 + 1 / flush_every) + fill * (HV * V * er + H * K * er + HV * 4.0) +
                                     T * (tok_in + tok_out + HV * V * er + H * K * er + HV * 4.0));
-        report("verify+commit", T, t_v, v_bytes, t_cs);
+        report("verify+commit", T, t_v, v_bytes, t_cs, ns, cs_bytes);
       }
     }
   }
