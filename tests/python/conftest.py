@@ -1,9 +1,13 @@
-"""Shared helpers of the Python binding tests: devices, random inputs, error metric, tolerances.
-The float64 recurrences themselves live in the test files (test_mamba2.py, test_gdn.py)."""
+"""Shared helpers of the Python binding tests: devices, random inputs, error metric, tolerances, the
+bad-input check. The float64 recurrences themselves live in the test files (test_mamba2.py,
+test_gdn.py); the token-stream drivers both run them through live in streams.py."""
 import pytest
 import torch
 
 import replayssm
+from replayssm import ReplaySSMError
+
+pytest.register_assert_rewrite("streams")  # its asserts report their values as a test file's do
 
 HAS_CUDA = torch.cuda.is_available() and replayssm.built_with_cuda()
 DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
@@ -83,6 +87,24 @@ def assert_unchanged(before, tensors):
     """Bitwise equal (rings may hold NaN poison)."""
     for b, t in zip(before, tensors):
         assert torch.equal(b.contiguous().view(torch.uint8), t.contiguous().view(torch.uint8))
+
+
+def assert_rejected(op, good, cases, written):
+    """op(**good) with each (argument, change) of `cases` applied must raise ReplaySSMError naming that
+    argument and write none of `written`; then op(**good) must run. Runs with device validation on:
+    index values of CUDA tensors are checked on the host only then."""
+    before = snapshot(written)
+    was = replayssm.device_validation()
+    replayssm.set_device_validation(True)
+    try:
+        for arg, change in cases:
+            with pytest.raises(ReplaySSMError) as e:
+                op(**dict(good, **change))
+            assert e.value.argument == arg and str(e.value).startswith(arg + ":"), str(e.value)
+            assert_unchanged(before, written)
+    finally:
+        replayssm.set_device_validation(was)
+    op(**good)
 
 
 def int32(values, device):

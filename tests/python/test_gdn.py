@@ -7,9 +7,10 @@ import pytest
 import torch
 
 import replayssm
-from conftest import (DTYPE_PAIRS, SENTINEL, SHORT, assert_unchanged, cuda_only, distinct_slots, int32, out_tol, pair_id,
-                      rel_err, rounded, skip_unsupported, snapshot, state_tol, uniform)
-from replayssm import ReplaySSMError, ops
+from conftest import (DTYPE_PAIRS, SENTINEL, SHORT, assert_rejected, cuda_only, distinct_slots, int32, out_tol, pair_id,
+                      rounded, skip_unsupported, state_tol, uniform)
+from replayssm import ops
+from streams import classic_spec_stream, decode_stream, replay_stream, spec_stream
 
 # ---------------- the float64 truth ----------------
 
@@ -75,6 +76,9 @@ class World:
     def update_round(self):
         return self.ring_dtype if self.ring_dtype != torch.float32 else torch.float64
 
+    def truth_step(self, S, t64):
+        return gdn_token(S, t64, self.w64, self.update_round)
+
     def tokens(self, n):
         """q, k, v as views into one packed [n, q | k | v] projection row; a, b in float32 [n, HV]."""
         H, HV, K, V = self.geo
@@ -108,19 +112,6 @@ class World:
         return out_tol(self.state_dtype, self.act_dtype, self.ring_dtype)
 
 
-def sel(t64, rows):
-    return {k: v[rows] for k, v in t64.items()}
-
-
-def pad_rows(wd):
-    return [r for r in range(wd.rows) if r not in wd.live]
-
-
-def check_padding(out, tokens):
-    if tokens:
-        assert bool((out[tokens] == SENTINEL).all()), "a padding row's out was written"
-
-
 # ---------------- classic decode ----------------
 
 
@@ -129,48 +120,25 @@ def check_padding(out, tokens):
 def test_decode(device, geo, pair):
     skip_unsupported(device, pair)
     wd = World(GEOMETRIES[geo], *pair, device, out_f32=pair[1] == torch.bfloat16, scale=0.1 if pair[0] == pair[1] else 0)
-    state = wd.ref.to(pair[0]).to(device, copy=True)
-    unused = [s for s in range(wd.slots) if s not in wd.live_slots]
-    state_unused = state[unused].clone()
-    for _ in range(3):
-        tok, t64 = wd.tokens(wd.rows)
-        out = wd.out(wd.rows)
+
+    def decode(tok, state, out):
         ops.gdn_decode(*wd.args(tok), state, wd.slot_idx, out, scale=wd.scale)
-        S, o = gdn_token(wd.ref[wd.live_slots], sel(t64, wd.live), wd.w64)
-        wd.ref[wd.live_slots] = rounded(S, pair[0])
-        assert rel_err(out[wd.live], o) <= wd.tol()
-        check_padding(out, pad_rows(wd))
-    assert rel_err(state[wd.live_slots], wd.ref[wd.live_slots]) <= state_tol(pair[0])
-    assert torch.equal(state[unused], state_unused)
+
+    errs, state_err = decode_stream(wd, 3, decode)
+    assert max(errs) <= wd.tol()
+    assert state_err <= state_tol(pair[0])
 
 
 # ---------------- ReplaySSM standard decode ----------------
 
 
 def run_replay(wd, L, steps, step_fn=None):
-    c = wd.caches(ring_len=L)
+    """streams.replay_stream; step_fn(tok, out, caches) runs the op (default: eager)."""
     if step_fn is None:
         def step_fn(tok, out, c):
             ops.gdn_replay_decode(*wd.args(tok), **c.layer(0), slot_idx=wd.slot_idx, out=out, scale=wd.scale)
             c.advance(wd.slot_idx)
-    w = {s: 0 for s in wd.live_slots}
-    errs, ckpt_err, flushes = [], 0.0, 0
-    for _ in range(steps):
-        tok, t64 = wd.tokens(wd.rows)
-        out = wd.out(wd.rows)
-        step_fn(tok, out, c)
-        S, o = gdn_token(wd.ref[wd.live_slots], sel(t64, wd.live), wd.w64, wd.update_round)
-        wd.ref[wd.live_slots] = S
-        errs.append(rel_err(out[wd.live], o))
-        check_padding(out, pad_rows(wd))
-        for s in wd.live_slots:
-            if w[s] == L - 1:
-                wd.ref[s] = rounded(wd.ref[s], wd.state_dtype)
-                ckpt_err = max(ckpt_err, rel_err(c.layers[0]["checkpoint"][s], wd.ref[s]))
-                flushes += 1
-            w[s] = (w[s] + 1) % L
-        assert c.cursor[wd.live_slots].tolist() == [w[s] for s in wd.live_slots]
-    return errs, ckpt_err, flushes
+    return replay_stream(wd, L, steps, step_fn)
 
 
 # Rings in float32 for every pair, and in the activation dtype where that is 16-bit.
@@ -202,54 +170,12 @@ def test_replay_decode_1000_steps_error_does_not_grow(device):
 
 
 def run_spec(wd, history, window, steps, full_windows=False, verify_fn=None, commit_fn=None):
-    c = wd.caches(history=history, window=window)
-    R, T = c.ring_len, window
+    """streams.spec_stream; verify_fn(tok, qsl, out, caches) runs the op (default: eager)."""
     if verify_fn is None:
         def verify_fn(tok, qsl, out, c):
             ops.gdn_spec_verify(*wd.args(tok), **c.layer(0), slot_idx=wd.slot_idx, query_start_loc=qsl, out=out,
                                 history=history, window=window, scale=wd.scale)
-    if commit_fn is None:
-        def commit_fn(acc, qsl, c):
-            c.commit(wd.slot_idx, acc, qsl)
-    hw, ho = {s: 0 for s in wd.live_slots}, {s: 0 for s in wd.live_slots}
-    errs = []
-    for _ in range(steps):
-        n = [T if full_windows else int(torch.randint(1 if s >= 0 else 0, T + 1, (1,), generator=wd.gen))
-             for s in wd.slot_of_row]
-        qsl = [0]
-        for k in n:
-            qsl.append(qsl[-1] + k)
-        tok, t64 = wd.tokens(qsl[-1])
-        out = wd.out(qsl[-1])
-        qsl_t = int32(qsl, wd.device)
-        verify_fn(tok, qsl_t, out, c)
-        acc, worst, pad_tokens = [0] * wd.rows, 0.0, []
-        for r, s in enumerate(wd.slot_of_row):
-            toks = list(range(qsl[r], qsl[r + 1]))
-            if s < 0:
-                pad_tokens += toks
-                continue
-            flush = hw[s] + 2 * window > history + window
-            if flush and hw[s] > 0:
-                wd.ref[s] = rounded(wd.ref[s], wd.state_dtype)
-            S, after, outs = wd.ref[s:s + 1], [], []
-            for t in toks:
-                S, o = gdn_token(S, sel(t64, [t]), wd.w64, wd.update_round)
-                after.append(S)
-                outs.append(o)
-            worst = max(worst, rel_err(out[toks], torch.cat(outs)))
-            k = int(torch.randint(1, len(toks) + 1, (1,), generator=wd.gen))
-            acc[r] = k
-            wd.ref[s] = after[k - 1][0]
-            if flush:
-                ho[s], hw[s] = (ho[s] + hw[s]) % R, k
-            else:
-                hw[s] += k
-        errs.append(worst)
-        check_padding(out, pad_tokens)
-        commit_fn(int32(acc, wd.device), qsl_t, c)
-        assert c.cursor[wd.live_slots].tolist() == [[hw[s], ho[s]] for s in wd.live_slots]
-    return errs
+    return spec_stream(wd, history, window, steps, verify_fn, commit_fn, full_windows)
 
 
 @pytest.mark.parametrize("geo", list(GEOMETRIES), ids=str)
@@ -269,31 +195,14 @@ def test_spec_verify_random_acceptance(device, geo, pair, ring):
 def test_classic_spec_decode(device):
     T, steps = 4, 10
     wd = World(GEOMETRIES["qwen3.5-4b/tp4"], torch.float32, torch.bfloat16, device, rows=3, slots=3 * T + 1, seed=4)
-    state = wd.ref.float().to(device, copy=True)
-    perm = torch.randperm(wd.slots, generator=wd.gen).tolist()
-    si = [[perm[r * T + t] for t in range(T)] if s >= 0 else [-1] * T for r, s in enumerate(wd.slot_of_row)]
-    si_t = int32(si, device)
-    na = [1] * wd.rows
-    for _ in range(steps):
-        n = [int(torch.randint(1 if s >= 0 else 0, T + 1, (1,), generator=wd.gen)) for s in wd.slot_of_row]
-        qsl = [0]
-        for k in n:
-            qsl.append(qsl[-1] + k)
-        tok, t64 = wd.tokens(qsl[-1])
-        out = wd.out(qsl[-1])
-        ops.gdn_classic_spec_decode(*wd.args(tok), state, si_t, int32(na, device), int32(qsl, device), out)
-        for r, s in enumerate(wd.slot_of_row):
-            if s < 0:
-                check_padding(out, list(range(qsl[r], qsl[r + 1])))
-                continue
-            S = wd.ref[si[r][na[r] - 1]][None]
-            for j, t in enumerate(range(qsl[r], qsl[r + 1])):
-                S, o = gdn_token(S, sel(t64, [t]), wd.w64)
-                S = rounded(S, torch.float32)  # the GDN window carries the stored (rounded) state
-                assert rel_err(out[t:t + 1], o) <= wd.tol()
-                wd.ref[si[r][j]] = S[0]
-                assert rel_err(state[si[r][j]], wd.ref[si[r][j]]) <= state_tol(torch.float32)
-            na[r] = int(torch.randint(1, n[r] + 1, (1,), generator=wd.gen))
+
+    def decode(tok, state, si, na, qsl, out):
+        ops.gdn_classic_spec_decode(*wd.args(tok), state, si, na, qsl, out)
+
+    # the GDN window carries the stored (rounded) state
+    out_errs, state_errs = classic_spec_stream(wd, T, steps, decode, carry_stored=True)
+    assert max(out_errs) <= wd.tol()
+    assert max(state_errs) <= state_tol(torch.float32)
 
 
 # ---------------- bad input ----------------
@@ -322,18 +231,7 @@ def test_bad_input_raises_with_the_argument_and_writes_nothing(device):
         ("query_start_loc", dict(query_start_loc=long_qsl)),
         ("slot_idx", dict(slot_idx=int32([wd.slots] + wd.slot_of_row[1:], device))),
     ]
-    before = snapshot(written)
-    was = replayssm.device_validation()
-    replayssm.set_device_validation(True)
-    try:
-        for arg, change in cases:
-            with pytest.raises(ReplaySSMError) as e:
-                ops.gdn_spec_verify(**dict(good, **change))
-            assert e.value.argument == arg and str(e.value).startswith(arg + ":"), str(e.value)
-            assert_unchanged(before, written)
-    finally:
-        replayssm.set_device_validation(was)
-    ops.gdn_spec_verify(**good)
+    assert_rejected(ops.gdn_spec_verify, good, cases, written)
 
 
 # ---------------- CUDA graphs ----------------

@@ -6,9 +6,10 @@ import pytest
 import torch
 
 import replayssm
-from conftest import (DTYPE_PAIRS, SENTINEL, assert_unchanged, cuda_only, distinct_slots, int32, needs_custom_op,
-                      out_tol, pair_id, rel_err, rounded, shard, skip_unsupported, snapshot, state_tol, uniform)
-from replayssm import ReplaySSMError, ops
+from conftest import (DTYPE_PAIRS, SENTINEL, assert_rejected, cuda_only, distinct_slots, int32, needs_custom_op,
+                      out_tol, pair_id, rel_err, rounded, shard, skip_unsupported, state_tol, uniform)
+from replayssm import ops
+from streams import classic_spec_stream, decode_stream, replay_stream, sel, spec_stream
 
 # ---------------- the float64 truth ----------------
 
@@ -63,6 +64,9 @@ class World:
         # The truth's pool (float64), starting from random prefill-like states in the state dtype.
         self.ref = rounded(uniform(g, [slots, H, P, N], -1, 1), state_dtype)
 
+    def truth_step(self, S, t64):
+        return mamba2_token(S, t64, self.w64)
+
     def tokens(self, n):
         """n tokens as the engine has them: x, B, C, z (and dt) are views into one packed
         [n, z | x | B | C | dt | pad] activation buffer (free token stride). Returns the op's views
@@ -109,15 +113,6 @@ class World:
         return c
 
 
-def sel(t64, rows):
-    return {k: (v[rows] if v is not None else None) for k, v in t64.items()}
-
-
-def check_padding(world, out, tokens_of_padding):
-    if tokens_of_padding:
-        assert bool((out[tokens_of_padding] == SENTINEL).all()), "a padding row's out was written"
-
-
 # ---------------- classic decode ----------------
 
 
@@ -126,19 +121,13 @@ def check_padding(world, out, tokens_of_padding):
 def test_decode(device, geo, pair):
     skip_unsupported(device, pair)
     wd = World(GEOMETRIES[geo], *pair, device, dt_f32=pair[1] == torch.bfloat16)
-    state = wd.ref.to(pair[0]).to(device, copy=True)
-    unused = [s for s in range(wd.slots) if s not in wd.live_slots]
-    state_unused = state[unused].clone()
-    for _ in range(3):
-        tok, t64 = wd.tokens(wd.rows)
-        out = wd.out(wd.rows)
+
+    def decode(tok, state, out):
         ops.mamba2_decode(tok["x"], tok["dt"], tok["B"], tok["C"], wd.w["A"], state, wd.slot_idx, out, **wd.kw(tok))
-        S, y = mamba2_token(wd.ref[wd.live_slots], sel(t64, wd.live), wd.w64)
-        wd.ref[wd.live_slots] = rounded(S, pair[0])  # the classic step stores the state every token
-        assert rel_err(out[wd.live], y) <= out_tol(*pair)
-        check_padding(wd, out, [r for r in range(wd.rows) if r not in wd.live])
-    assert rel_err(state[wd.live_slots], wd.ref[wd.live_slots]) <= state_tol(pair[0])
-    assert torch.equal(state[unused], state_unused)
+
+    errs, state_err = decode_stream(wd, 3, decode)
+    assert max(errs) <= out_tol(*pair)
+    assert state_err <= state_tol(pair[0])
 
 
 def test_decode_unsharded_super_without_optional_weights(device):
@@ -156,32 +145,13 @@ def test_decode_unsharded_super_without_optional_weights(device):
 
 
 def run_replay(wd, L, steps, route=ops.OUTPUT_ONLY, step_fn=None):
-    """`steps` ReplaySSM steps (one layer) against the truth; returns the per-step output errors and
-    the worst checkpoint error over the flushes. step_fn(tok, out, caches) runs the op (default: eager)."""
-    c = wd.caches(ring_len=L)
+    """streams.replay_stream (one layer); step_fn(tok, out, caches) runs the op (default: eager)."""
     if step_fn is None:
         def step_fn(tok, out, c):
             ops.mamba2_replay_decode(tok["x"], tok["dt"], tok["B"], tok["C"], wd.w["A"], **c.layer(0),
                                      slot_idx=wd.slot_idx, out=out, route=route, **wd.kw(tok))
             c.advance(wd.slot_idx)
-    w = {s: 0 for s in wd.live_slots}
-    out_errs, ckpt_err, flushes = [], 0.0, 0
-    for _ in range(steps):
-        tok, t64 = wd.tokens(wd.rows)
-        out = wd.out(wd.rows)
-        step_fn(tok, out, c)
-        S, y = mamba2_token(wd.ref[wd.live_slots], sel(t64, wd.live), wd.w64)
-        wd.ref[wd.live_slots] = S
-        out_errs.append(rel_err(out[wd.live], y))
-        check_padding(wd, out, [r for r in range(wd.rows) if r not in wd.live])
-        for s in wd.live_slots:
-            if w[s] == L - 1:  # the flush step rewrote the checkpoint, rounded once
-                wd.ref[s] = rounded(wd.ref[s], wd.state_dtype)
-                ckpt_err = max(ckpt_err, rel_err(c.layers[0]["checkpoint"][s], wd.ref[s]))
-                flushes += 1
-            w[s] = (w[s] + 1) % L
-        assert c.cursor[wd.live_slots].tolist() == [w[s] for s in wd.live_slots]
-    return out_errs, ckpt_err, flushes
+    return replay_stream(wd, L, steps, step_fn)
 
 
 @pytest.mark.parametrize("route", [ops.OUTPUT_ONLY, ops.STATE_AND_OUTPUT], ids=["output_only", "state_and_output"])
@@ -210,64 +180,14 @@ def test_replay_decode_1000_steps_error_does_not_grow(device):
 # ---------------- ReplaySSM speculative verify + commit ----------------
 
 
-def flush_due(w, history, window):
-    return w + 2 * window > history + window
-
-
 def run_spec(wd, history, window, steps, full_windows=False, verify_fn=None, commit_fn=None):
-    """Speculative decode with random window lengths and random acceptance. The truth keeps each
-    slot's committed state (the accepted stream) and computes every window token's output causally
-    from it. Returns per-step output errors."""
-    c = wd.caches(history=history, window=window)
-    R, T = c.ring_len, window
+    """streams.spec_stream; verify_fn(tok, qsl, out, caches) runs the op (default: eager)."""
     if verify_fn is None:
         def verify_fn(tok, qsl, out, c):
             ops.mamba2_spec_verify(tok["x"], tok["dt"], tok["B"], tok["C"], wd.w["A"], **c.layer(0),
                                    slot_idx=wd.slot_idx, query_start_loc=qsl, out=out, history=history,
                                    window=window, **wd.kw(tok))
-    if commit_fn is None:
-        def commit_fn(acc, qsl, c):
-            c.commit(wd.slot_idx, acc, qsl)
-    hw, ho = {s: 0 for s in wd.live_slots}, {s: 0 for s in wd.live_slots}
-    errs = []
-    for _ in range(steps):
-        n = [T if full_windows else int(torch.randint(1 if s >= 0 else 0, T + 1, (1,), generator=wd.gen))
-             for s in wd.slot_of_row]
-        qsl = [0]
-        for k in n:
-            qsl.append(qsl[-1] + k)
-        tok, t64 = wd.tokens(qsl[-1])
-        out = wd.out(qsl[-1])
-        qsl_t = int32(qsl, wd.device)
-        verify_fn(tok, qsl_t, out, c)
-        acc, worst, pad_tokens = [0] * wd.rows, 0.0, []
-        for r, s in enumerate(wd.slot_of_row):
-            toks = list(range(qsl[r], qsl[r + 1]))
-            if s < 0:
-                pad_tokens += toks
-                continue
-            flush = flush_due(hw[s], history, window)
-            if flush and hw[s] > 0:  # verify folded the history into the checkpoint, rounded once
-                wd.ref[s] = rounded(wd.ref[s], wd.state_dtype)
-            S, after = wd.ref[s:s + 1], []
-            ys = []
-            for t in toks:
-                S, y = mamba2_token(S, sel(t64, [t]), wd.w64)
-                after.append(S)
-                ys.append(y)
-            worst = max(worst, rel_err(out[toks], torch.cat(ys)))
-            k = int(torch.randint(1, len(toks) + 1, (1,), generator=wd.gen))
-            acc[r] = k
-            wd.ref[s] = after[k - 1][0]  # commit the accepted prefix
-            if flush:
-                ho[s], hw[s] = (ho[s] + hw[s]) % R, k
-            else:
-                hw[s] += k
-        errs.append(worst)
-        check_padding(wd, out, pad_tokens)
-        commit_fn(int32(acc, wd.device), qsl_t, c)
-        assert c.cursor[wd.live_slots].tolist() == [[hw[s], ho[s]] for s in wd.live_slots]
-    return errs
+    return spec_stream(wd, history, window, steps, verify_fn, commit_fn, full_windows)
 
 
 @pytest.mark.parametrize("geo", list(GEOMETRIES), ids=str)
@@ -285,31 +205,15 @@ def test_spec_verify_random_acceptance(device, geo, pair):
 def test_classic_spec_decode(device):
     T, steps = 4, 12
     wd = World(GEOMETRIES["super/tp8"], torch.float32, torch.bfloat16, device, rows=3, slots=3 * T + 1, seed=4)
-    state = wd.ref.float().to(device, copy=True)
-    perm = torch.randperm(wd.slots, generator=wd.gen).tolist()
-    si = [[perm[r * T + t] for t in range(T)] if s >= 0 else [-1] * T for r, s in enumerate(wd.slot_of_row)]
-    si_t = int32(si, device)
-    na = [1] * wd.rows
-    for _ in range(steps):
-        n = [int(torch.randint(1 if s >= 0 else 0, T + 1, (1,), generator=wd.gen)) for s in wd.slot_of_row]
-        qsl = [0]
-        for k in n:
-            qsl.append(qsl[-1] + k)
-        tok, t64 = wd.tokens(qsl[-1])
-        out = wd.out(qsl[-1])
-        ops.mamba2_classic_spec_decode(tok["x"], tok["dt"], tok["B"], tok["C"], wd.w["A"], state, si_t,
-                                       int32(na, device), int32(qsl, device), out, **wd.kw(tok))
-        for r, s in enumerate(wd.slot_of_row):
-            if s < 0:
-                check_padding(wd, out, list(range(qsl[r], qsl[r + 1])))
-                continue
-            S = wd.ref[si[r][na[r] - 1]][None]
-            for j, t in enumerate(range(qsl[r], qsl[r + 1])):
-                S, y = mamba2_token(S, sel(t64, [t]), wd.w64)  # the window carries the exact state
-                assert rel_err(out[t:t + 1], y) <= out_tol(torch.float32, torch.bfloat16)
-                wd.ref[si[r][j]] = rounded(S[0], torch.float32)  # ... and stores a copy per token
-                assert rel_err(state[si[r][j]], wd.ref[si[r][j]]) <= state_tol(torch.float32)
-            na[r] = int(torch.randint(1, n[r] + 1, (1,), generator=wd.gen))
+
+    def decode(tok, state, si, na, qsl, out):
+        ops.mamba2_classic_spec_decode(tok["x"], tok["dt"], tok["B"], tok["C"], wd.w["A"], state, si, na, qsl, out,
+                                       **wd.kw(tok))
+
+    # the Mamba-2 window carries the exact state (and stores a copy per token)
+    out_errs, state_errs = classic_spec_stream(wd, T, steps, decode, carry_stored=False)
+    assert max(out_errs) <= out_tol(torch.float32, torch.bfloat16)
+    assert max(state_errs) <= state_tol(torch.float32)
 
 
 # ---------------- bad input ----------------
@@ -341,18 +245,8 @@ def test_bad_input_raises_with_the_argument_and_writes_nothing(device):
     cases_values = {"slot_idx": [dict(slot_idx=int32(bad_slots, device)), dict(slot_idx=int32(dup_slots, device))]}
     if device.type == "cuda":
         cases["in.dt"] = dict(dt=tok["dt"].cpu())
-    before = snapshot(written)
-    was = replayssm.device_validation()
-    replayssm.set_device_validation(True)  # index values of CUDA tensors are checked on the host only then
-    try:
-        for arg, change in [(a, ch) for a, ch in cases.items()] + [(a, ch) for a, l in cases_values.items() for ch in l]:
-            with pytest.raises(ReplaySSMError) as e:
-                ops.mamba2_replay_decode(**dict(good, **change))
-            assert e.value.argument == arg and str(e.value).startswith(arg + ":"), str(e.value)
-            assert_unchanged(before, written)
-    finally:
-        replayssm.set_device_validation(was)
-    ops.mamba2_replay_decode(**good)  # and the good call runs
+    assert_rejected(ops.mamba2_replay_decode, good,
+                    list(cases.items()) + [(a, ch) for a, l in cases_values.items() for ch in l], written)
 
 
 # ---------------- CUDA graphs ----------------
