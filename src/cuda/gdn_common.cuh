@@ -1,10 +1,13 @@
 // Shared device pieces of the Gated DeltaNet CUDA kernels (issue 6).
 // State layout per (slot, v-head): [V][K], K contiguous. Only the state dtype (and K) are template
 // parameters; activations, rings, a/b, out go through their run-time dtype (small vectors).
+// Step kernels (classic, replay) have two mappings, QuadTile and WideTile, chosen per launch by
+// REPLAYSSM_GDN_TILE=quad|wide (gdn_tile(); default: wide classic, quad replay), CTA shape forced by REPLAYSSM_GDN_CUDA_WARPS.
 // Rule for every kernel here: a full-mask shuffle is only ever executed by all 32 lanes (never in a
 // loop whose trip count differs between lanes of a warp: that deadlocks with a barrier, issue 6).
 #pragma once
 #include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "cuda/common.cuh"
@@ -58,16 +61,19 @@ __device__ __forceinline__ float group_sum(float v, int lpr) {
 struct Gates {
   float g, alpha, beta;
 };
-__device__ __forceinline__ Gates gates(const GdnStepParams& p, int64_t tok, int hv) {
-  const float a = ld_any(p.a, tok * p.a_tok + int64_t(hv) * p.a_head, p.a_dtype);
-  const float b = ld_any(p.b, tok * p.b_tok + int64_t(hv) * p.b_head, p.b_dtype);
-  const float A_log = ld_any(p.A_log, int64_t(hv) * p.A_log_stride, p.w_dtype);
-  const float bias = ld_any(p.dt_bias, int64_t(hv) * p.dt_bias_stride, p.w_dtype);
+__device__ __forceinline__ Gates gates_f(float a, float b, float A_log, float bias) {
   Gates r;
   r.g = -expf(A_log) * softplus20(a + bias);
   r.alpha = expf(r.g);
   r.beta = 1.f / (1.f + expf(-b));  // not rounded to b's dtype
   return r;
+}
+__device__ __forceinline__ Gates gates(const GdnStepParams& p, int64_t tok, int hv) {
+  const float a = ld_any(p.a, tok * p.a_tok + int64_t(hv) * p.a_head, p.a_dtype);
+  const float b = ld_any(p.b, tok * p.b_tok + int64_t(hv) * p.b_head, p.b_dtype);
+  const float A_log = ld_any(p.A_log, int64_t(hv) * p.A_log_stride, p.w_dtype);
+  const float bias = ld_any(p.dt_bias, int64_t(hv) * p.dt_bias_stride, p.w_dtype);
+  return gates_f(a, b, A_log, bias);
 }
 
 // ---- step kernels (classic, replay): the quad tile ----
@@ -170,6 +176,175 @@ inline int quad_warps(int rows, int v_heads, int V) {
   int w = 4;
   while (w > 1 && w * rpw > V) w >>= 1;
   const long long target = (long long)sm_count() * 4;
+  while (w > 1 && (long long)rows * v_heads * (V / (w * rpw)) < target) w >>= 1;
+  return w;
+}
+
+// ---- step kernels, second mapping: the wide tile (high occupancy, no CTA barrier for the token) ----
+// A row group of LPR = K / 16 lanes holds one state row; lane t of the group owns 16 columns: in
+// chunk m < NCH (= 16 / VEC) the VEC columns col(m, t) = (m LPR + t) VEC (one 16-byte access; a
+// group reads LPR x 16 B contiguous per chunk). A thread holds RPT = 4 / NCH rows, so every thread
+// has 4 loads of 16 B (64 B) in flight for every state dtype and K, and few registers (48-72: 7-10
+// CTAs of 128 threads per SM). GPW = 32 / LPR groups per warp, g = lane / LPR, t = lane % LPR;
+// thread row r is the warp-local row r GPW + g, a warp covers RPW = GPW RPT rows:
+//   fp32 K=128: LPR 8, RPT 1, RPW 4;   fp32 K=64: LPR 4, RPT 1, RPW 8;
+//   16-bit K=128: LPR 8, RPT 2, RPW 8; 16-bit K=64: LPR 4, RPT 2, RPW 16.
+// Row reductions: log2(LPR) shuffles (3 or 2). Every warp prepares the token itself (token_load /
+// token_finish: the CTA never waits for one warp), into its own shared-memory copy (__syncwarp).
+template <class ST, int K>
+struct WideTile {
+  static constexpr int VEC = 16 / int(sizeof(ST)), COLS = 16, LPR = K / COLS, NCH = COLS / VEC, RPT = 4 / NCH,
+                       GPW = 32 / LPR, RPW = GPW * RPT;
+  static_assert(K == 64 || K == 128, "K in {64, 128}");
+  static_assert(RPT <= LPR, "a row's output is stored by lane t == r of its group");
+  static __device__ __forceinline__ int col(int m, int t) { return (m * LPR + t) * VEC; }
+};
+
+// Raw bits of element i of a float vector (f64 / f32 / 16-bit), converted later by bits_f: all loads
+// of the token are issued before the first conversion has to wait for one (one L2 round trip per
+// warp, not one per scalar).
+__device__ __forceinline__ uint64_t ld_bits(const void* base, int64_t i, DType t) {
+  switch (t) {
+    case DType::f64: return static_cast<const unsigned long long*>(base)[i];
+    case DType::f32: return static_cast<const uint32_t*>(base)[i];
+    case DType::bf16:
+    case DType::f16: return static_cast<const uint16_t*>(base)[i];
+    default: return 0;
+  }
+}
+__device__ __forceinline__ float bits_f(uint64_t u, DType t) {  // the same value as ld_any
+  switch (t) {
+    case DType::f64: return float(__longlong_as_double((long long)u));
+    case DType::f32: return __uint_as_float(uint32_t(u));
+    case DType::bf16: return __uint_as_float(uint32_t(u) << 16);
+    case DType::f16: return __half2float(__ushort_as_half((unsigned short)u));
+    default: return 0.f;
+  }
+}
+
+template <int K>
+struct TokenRaw {
+  uint32_t q[K / 32], k[K / 32];  // columns lane + 32 e
+  uint64_t gate;                  // lane & 3 = 0: a, 1: b, 2: A_log, 3: dt_bias (shuffled out later)
+};
+// dtype of gate input gl = lane & 3 (a, b, A_log, dt_bias)
+__device__ __forceinline__ DType gate_dtype(const GdnStepParams& p, int gl) {
+  return gl == 0 ? p.a_dtype : gl == 1 ? p.b_dtype : p.w_dtype;
+}
+template <int K>
+struct WarpToken {
+  float q[K / 32], k[K / 32];  // columns lane + 32 e: q normalised and scaled, k normalised
+  float kq, g, alpha, beta;    // the same in every lane
+};
+
+// Every lane: the raw q, k (k-head h) and a gate input (v-head hv) of token tok; nothing waits here.
+template <int K>
+__device__ __forceinline__ TokenRaw<K> token_load(const GdnStepParams& p, int64_t tok, int h, int hv) {
+  constexpr int E = K / 32;
+  const int lane = threadIdx.x & 31;
+  const void* qp = cptr(p.q, p.act, tok * p.q_tok + int64_t(h) * p.q_head);
+  const void* kp = cptr(p.k, p.act, tok * p.k_tok + int64_t(h) * p.k_head);
+  TokenRaw<K> r;
+  if (p.act == DType::f32) {  // CUDA activations: f32 / bf16 / f16 (f64 is rejected in dispatch)
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      r.q[e] = static_cast<const uint32_t*>(qp)[lane + 32 * e];
+      r.k[e] = static_cast<const uint32_t*>(kp)[lane + 32 * e];
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      r.q[e] = static_cast<const uint16_t*>(qp)[lane + 32 * e];
+      r.k[e] = static_cast<const uint16_t*>(kp)[lane + 32 * e];
+    }
+  }
+  const int gl = lane & 3;  // 8 lanes each load the same scalar (one request)
+  const void* gb = gl == 0 ? p.a : gl == 1 ? p.b : gl == 2 ? p.A_log : p.dt_bias;
+  const int64_t gi = gl == 0   ? tok * p.a_tok + int64_t(hv) * p.a_head
+                     : gl == 1 ? tok * p.b_tok + int64_t(hv) * p.b_head
+                     : gl == 2 ? int64_t(hv) * p.A_log_stride
+                               : int64_t(hv) * p.dt_bias_stride;
+  r.gate = ld_bits(gb, gi, gate_dtype(p, gl));
+  return r;
+}
+
+// All 32 lanes (warp-uniform call: full-mask shuffles): norms, k.q and gates, with exactly the
+// operations (and so the values) of prep_token.
+template <int K>
+__device__ __forceinline__ WarpToken<K> token_finish(const GdnStepParams& p, const TokenRaw<K>& r) {
+  constexpr int E = K / 32;
+  WarpToken<K> t;
+  float sq = 0.f, sk = 0.f;
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    t.q[e] = bits_f(r.q[e], p.act);
+    t.k[e] = bits_f(r.k[e], p.act);
+  }
+  const float gv = bits_f(r.gate, gate_dtype(p, threadIdx.x & 3));
+  const float ga = __shfl_sync(0xffffffffu, gv, 0), gb = __shfl_sync(0xffffffffu, gv, 1);
+  const float gA = __shfl_sync(0xffffffffu, gv, 2), gbias = __shfl_sync(0xffffffffu, gv, 3);
+  const Gates gt = gates_f(ga, gb, gA, gbias);
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    sq = fmaf(t.q[e], t.q[e], sq);
+    sk = fmaf(t.k[e], t.k[e], sk);
+  }
+  float rq = 1.f, rk = 1.f;
+  if (p.qk_l2norm) {  // grid-uniform
+    rq = 1.f / sqrtf(group_sum(sq, 32) + 1e-6f);
+    rk = 1.f / sqrtf(group_sum(sk, 32) + 1e-6f);
+  }
+  const float sc = rq * float(p.scale);
+  float kq = 0.f;
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    t.q[e] *= sc;
+    t.k[e] *= rk;
+    kq = fmaf(t.q[e], t.k[e], kq);
+  }
+  t.kq = group_sum(kq, 32);
+  t.g = gt.g;
+  t.alpha = gt.alpha;
+  t.beta = gt.beta;
+  return t;
+}
+
+// This warp's shared copy of q, k (read back in the tile's column layout); all 32 lanes.
+template <int K>
+__device__ __forceinline__ void token_to_smem(const WarpToken<K>& t, float* sq, float* sk) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int e = 0; e < K / 32; ++e) {
+    sq[lane + 32 * e] = t.q[e];
+    sk[lane + 32 * e] = t.k[e];
+  }
+  __syncwarp();
+}
+
+// Which mapping the classic and ReplaySSM step kernels use: REPLAYSSM_GDN_TILE=quad|wide, read at
+// every launch (one benchmark process can A/B both). Unset: the measured winner of each kernel (H200,
+// docs/results.md run K, batch >= 64): wide for the classic step (88-93 % of copy; quad 63-66 %), quad
+// for the ReplaySSM step (append 46-50 % vs 39-41 %, flush 57-63 % vs 54-57 %).
+enum class GdnTile { quad, wide };
+inline GdnTile gdn_tile(GdnTile unset) {
+  const char* e = std::getenv("REPLAYSSM_GDN_TILE");
+  if (e == nullptr || *e == '\0') return unset;
+  if (std::string(e) == "wide") return GdnTile::wide;
+  if (std::string(e) == "quad") return GdnTile::quad;
+  throw Error("REPLAYSSM_GDN_TILE", std::string("expected quad or wide, got '") + e + "'");
+}
+
+// Warps per CTA of the wide-tile kernels: up to 4 (rows per CTA <= V), halved while the grid has
+// fewer than min_ctas CTAs per SM. REPLAYSSM_GDN_CUDA_WARPS=1|2|4 forces a shape, as for the quad tile.
+template <class ST, int K>
+inline int wide_warps(int rows, int v_heads, int V, int min_ctas) {
+  constexpr int rpw = WideTile<ST, K>::RPW;
+  const char* force = std::getenv("REPLAYSSM_GDN_CUDA_WARPS");
+  const int f = force ? std::atoi(force) : 0;
+  if ((f == 1 || f == 2 || f == 4) && f * rpw <= V) return f;
+  int w = 4;
+  while (w > 1 && w * rpw > V) w >>= 1;
+  const long long target = (long long)sm_count() * min_ctas;
   while (w > 1 && (long long)rows * v_heads * (V / (w * rpw)) < target) w >>= 1;
   return w;
 }

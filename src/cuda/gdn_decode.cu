@@ -1,8 +1,14 @@
 // Classic Gated DeltaNet decode step on the GPU (the comparator): per (row, v-head, V-slice) read
 // the state rows once, d = beta (v - alpha S k), S' = alpha S + d k^T, o = S' q, write S' back.
-// Bandwidth design (docs/notes-gdn-cuda.md): quad tile of gdn_common.cuh, 16 x 16-byte loads per
-// thread issued first (256 B in flight per thread, as the Mamba-2 decode); q/k norms and gates once
-// per CTA by warp 0 into shared memory while the state is in flight; one barrier.
+// Two mappings of gdn_common.cuh, chosen per launch by REPLAYSSM_GDN_TILE=quad|wide (default wide;
+// docs/notes-gdn-cuda.md, "third session"):
+// * wide (gdn_decode_wide_kernel): 64 B of state loads per thread (4 x 16 B), 48 / 64 registers,
+//   10 (fp32 state) / 8 (16-bit) CTAs of 128 threads per SM (80 / 64 KB of loads in flight); every
+//   warp prepares q, k and the gates itself (no CTA barrier), all token loads issued before the
+//   first conversion.
+// * quad (gdn_decode_kernel): 16 x 16-byte loads per thread (256 B), 128 registers, 4 CTAs per SM;
+//   q/k norms and gates once per CTA by warp 0 into shared memory, one barrier.
+// REPLAYSSM_GDN_CUDA_WARPS=1|2|4 forces the CTA shape of either (the GPU tests cover every shape).
 #include "cuda/gdn_common.cuh"
 #include "cuda/ops.hpp"
 
@@ -87,16 +93,108 @@ __global__ void __launch_bounds__(128, 4) gdn_decode_kernel(const GdnStepParams 
     if ((r & 3) == t) st_any(op, i0 + 8 * r, p.out_dtype, fmaf(alpha, sq[r], d[r] * kq));
 }
 
+// The wide tile's CTAs of 128 threads per SM: fp32 state 10 (48 registers, 40 warps, 80 KB of state
+// loads in flight; 11-12 cap at 40 registers and spill 16 B), 16-bit state 8 (64 registers, 64 KB;
+// 9 caps at 56 and spills 12 B).
+template <class ST> inline constexpr int kWideMinCtas = sizeof(ST) == 4 ? 10 : 8;
+
+template <class ST, int K>
+__global__ void __launch_bounds__(128, kWideMinCtas<ST>) gdn_decode_wide_kernel(const GdnStepParams p, const int slices,
+                                                                            const uint32_t zero) {
+  using VT = Vec16<ST>;
+  using TL = WideTile<ST, K>;
+  constexpr int VEC = TL::VEC, NCH = TL::NCH, RPT = TL::RPT, LPR = TL::LPR, GPW = TL::GPW;
+  __shared__ __align__(16) float s_tok[4][2][K];  // per warp: q (normalised, scaled), k (normalised)
+  const int row = blockIdx.y, hv = blockIdx.x / slices, slice = blockIdx.x % slices;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane / LPR, t = lane % LPR;
+  const int V = p.head_v_dim, rpc = int(blockDim.x >> 5) * TL::RPW;
+  const int i0 = slice * rpc + warp * TL::RPW + g;  // row r of this thread: i0 + GPW r
+
+  const int slot = p.slot_idx[int64_t(row) * p.slot_idx_stride];
+  if (slot < 0 || slot >= p.slots) return;  // padding row: nothing read or written (CTA-uniform)
+  ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + int64_t(hv) * V * K;
+  uint4 raw[RPT][NCH];
+#pragma unroll
+  for (int r = 0; r < RPT; ++r)
+#pragma unroll
+    for (int m = 0; m < NCH; ++m) raw[r][m] = VT::load_raw(S + int64_t(i0 + GPW * r) * K + TL::col(m, t));
+  const TokenRaw<K> tr = token_load<K>(p, row, hv / (p.v_heads / p.k_heads), hv);
+  const void* vp = cptr(p.v, p.act, int64_t(row) * p.v_tok + int64_t(hv) * p.v_head);
+  float v[RPT];  // its wait overlaps the token's (issued just before)
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) v[r] = ld_any(vp, i0 + GPW * r, p.act);
+  float* s_q = s_tok[warp][0];
+  float* s_k = s_tok[warp][1];
+  const WarpToken<K> tk = token_finish<K>(p, tr);
+  token_to_smem<K>(tk, s_q, s_k);
+
+  float sk[RPT] = {}, sq[RPT] = {};
+#pragma unroll
+  for (int m = 0; m < NCH; ++m) {
+    float qv[VEC], kv[VEC];
+    lds_vec(&s_q[TL::col(m, t)], qv);
+    lds_vec(&s_k[TL::col(m, t)], kv);
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) {
+      float s[VEC];
+      VT::unpack(raw[r][m], s);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        sk[r] = fmaf(s[e], kv[e], sk[r]);
+        sq[r] = fmaf(s[e], qv[e], sq[r]);
+      }
+    }
+  }
+  const float alpha = tk.alpha, beta = tk.beta, kq = tk.kq;
+  float d[RPT];
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) {
+    sk[r] = group_sum(sk[r], LPR);
+    sq[r] = group_sum(sq[r], LPR);
+    d[r] = beta * (v[r] - alpha * sk[r]);
+    if constexpr (sizeof(ST) == 2) {  // fp32: the "unpack" is a bit cast, nothing to keep apart
+#pragma unroll
+      for (int m = 0; m < NCH; ++m) opaque(raw[r][m], zero);
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < NCH; ++m) {
+    float kv[VEC];
+    lds_vec(&s_k[TL::col(m, t)], kv);
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) {
+      float s[VEC];
+      VT::unpack(raw[r][m], s);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) s[e] = fmaf(alpha, s[e], d[r] * kv[e]);
+      VT::store(S + int64_t(i0 + GPW * r) * K + TL::col(m, t), s);
+    }
+  }
+  // o = S' q = alpha (S q) + d (k . q); lane t == r of the group stores row r
+  void* op = mptr(p.out, p.out_dtype, int64_t(row) * p.out_tok + int64_t(hv) * p.out_head);
+#pragma unroll
+  for (int r = 0; r < RPT; ++r)
+    if (t == r) st_any(op, i0 + GPW * r, p.out_dtype, fmaf(alpha, sq[r], d[r] * kq));
+}
+
 }  // namespace
 
 void gdn_decode(const GdnStepParams& p, Stream stream) {
   if (p.rows <= 0) return;
   if (p.rows > 65535) throw Error("slot_idx", "the CUDA kernels take at most 65535 rows per launch");
   auto st = static_cast<cudaStream_t>(stream);
+  const GdnTile tile = gdn_tile(GdnTile::wide);
   with_float_type(p.state_dtype, "state", [&](auto s) {
     using ST = decltype(s);
     with_head_k(p.head_k_dim, [&](auto kc) {
       constexpr int K = decltype(kc)::value;
+      if (tile == GdnTile::wide) {
+        const int warps = wide_warps<ST, K>(p.rows, p.v_heads, p.head_v_dim, kWideMinCtas<ST>);
+        const int slices = p.head_v_dim / (warps * WideTile<ST, K>::RPW);
+        gdn_decode_wide_kernel<ST, K><<<dim3(unsigned(p.v_heads * slices), unsigned(p.rows)), dim3(unsigned(32 * warps)),
+                                        0, st>>>(p, slices, 0u);
+        return;
+      }
       const int warps = quad_warps<ST, K>(p.rows, p.v_heads, p.head_v_dim);
       const int slices = p.head_v_dim / (warps * 8 * QuadTile<ST, K>::RPT);
       gdn_decode_kernel<ST, K><<<dim3(unsigned(p.v_heads * slices), unsigned(p.rows)), dim3(unsigned(32 * warps)), 0, st>>>(

@@ -6,7 +6,11 @@
 //    contiguous columns: every state access is one 16-byte load / store, all issued up front
 //    (2 * N / (4*VEC) loads per lane in flight);
 //  * y = S_new C: per-lane partial dot, reduced over the lane quad by two shuffles.
+// By default the high-occupancy tiles of mamba2_decode_wide.cu run (REPLAYSSM_M2_CLASSIC_TILE=deep|wide|narrow
+// forces one; see classic_tile below).
 #include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "cuda/bulk_copy.cuh"
 #include "cuda/common.cuh"
@@ -256,12 +260,35 @@ inline StreamPlan plan_stream(size_t blk) {
   return sp;
 }
 
+// The classic tile, by REPLAYSSM_M2_CLASSIC_TILE (read per call): "deep" -> 0 (classic_decode_kernel
+// above, 2 rows x N/4 columns per lane), "wide" -> 1, "narrow" -> 2 (the high-occupancy tiles of
+// mamba2_decode_wide.cu: 64 / 16-32 bytes of state per lane). Unset: the measured winner per state dtype
+// (H200, docs/results.md run K, batch >= 64): narrow for fp32 state (94-95 % of copy; wide 91-93, deep
+// 77-81), wide for 16-bit state (87-90 %; narrow 56-58, deep 75-79). Any other value throws, so an A/B
+// run cannot silently measure the wrong kernel.
+int classic_tile(DType state) {
+  const char* v = std::getenv("REPLAYSSM_M2_CLASSIC_TILE");
+  if (v == nullptr || *v == 0) {
+    if (std::getenv("REPLAYSSM_CLASSIC_STREAMED") != nullptr) return 0;  // the opt-in streamed schedule
+    return dtype_size(state) == 4 ? 2 : 1;
+  }
+  if (std::strcmp(v, "deep") == 0) return 0;
+  if (std::strcmp(v, "wide") == 0) return 1;
+  if (std::strcmp(v, "narrow") == 0) return 2;
+  throw Error("REPLAYSSM_M2_CLASSIC_TILE", std::string("expected deep, wide or narrow, got '") + v + "'");
+}
+
 }  // namespace
+
+// mamba2_decode_wide.cu: false (nothing launched) when B or C rows are not 16-byte aligned.
+bool mamba2_decode_wide(const Mamba2StepParams& p, bool narrow, Stream stream);
 
 void mamba2_decode(const Mamba2StepParams& p, Stream stream) {
   if (p.rows <= 0) return;
   if (p.rows > 65535) throw Error("slot_idx", "the CUDA kernels take at most 65535 rows per launch");
   check_state_alignment(p.state, p.state_slot, p.state_dtype, "state");
+  // The high-occupancy tiles go first (they fall back to the schedules below when B / C are not aligned).
+  if (const int tile = classic_tile(p.state_dtype); tile > 0 && mamba2_decode_wide(p, tile == 2, stream)) return;
   auto st = static_cast<cudaStream_t>(stream);
   // The streamed schedule is opt-in (REPLAYSSM_CLASSIC_STREAMED=1): measured on the H200 (docs/results.md,
   // run I) it ties the tiled one with fp32 state at batch >= 64 (+0-3 %), loses at batch 8-32 and with

@@ -72,6 +72,26 @@ struct ForceWarps {
   ~ForceWarps() { unsetenv("REPLAYSSM_GDN_CUDA_WARPS"); }
 };
 
+// Forces the step kernels' mapping for one scope (REPLAYSSM_GDN_TILE=quad|wide, read at every launch);
+// restores what was set before, so a whole run can still be pinned to one tile from outside.
+struct ForceTile {
+  explicit ForceTile(const char* tile) {
+    const char* old = std::getenv("REPLAYSSM_GDN_TILE");
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv("REPLAYSSM_GDN_TILE", tile, 1);
+  }
+  ~ForceTile() {
+    if (had_) setenv("REPLAYSSM_GDN_TILE", old_.c_str(), 1);
+    else unsetenv("REPLAYSSM_GDN_TILE");
+  }
+
+ private:
+  bool had_ = false;
+  std::string old_;
+};
+const char* const kTiles[2] = {"quad", "wide"};
+
 const DType kF[3] = {DType::f32, DType::bf16, DType::f16};
 std::string dn(DType t) { return std::string(dtype_name(t)); }
 
@@ -165,6 +185,9 @@ struct Cfg {
   int steps = 20;
   uint64_t seed = 1;
   bool with_cpu = true;
+  // Slot s starts at cursor s % L with a zero history (d = 0, g = 0: S_prev = S0 exactly, as the float64
+  // truth assumes; finite k), so one launch mixes every fill level and flushes (split path: both kernels).
+  bool stagger = false;
 };
 
 struct Stats {
@@ -193,6 +216,19 @@ Stats replay_stream(const Cfg& c, const Hook& before_step = {}) {
   std::mt19937_64 rng(c.seed);
   DevWeights w(make_weights(c.geo, rng));
   ReplayCaches cpu = make_caches(c.geo, c.sd, c.rd, c.slots, c.L, 1, rng);
+  if (c.stagger)
+    for (int s = 0; s < int(c.slots); ++s) {
+      const int w0 = s % c.L;
+      cpu.cursor.set_flat(s, w0);
+      for (int j = 0; j < w0; ++j) {
+        for (int hv = 0; hv < c.geo.v_heads; ++hv) {
+          cpu.g_ring.set({s, hv, j}, 0.0);
+          for (int v = 0; v < c.geo.head_v_dim; ++v) cpu.d_ring.set({s, hv, j, v}, 0.0);
+        }
+        for (int h = 0; h < c.geo.k_heads; ++h)
+          for (int x = 0; x < c.geo.head_k_dim; ++x) cpu.k_ring.set({s, h, j, x}, 0.25 - 0.5 * ((x + j + s) % 2));
+      }
+    }
   DevCaches gpu(cpu);
   HostTensor truth = to_f64_pool(cpu.checkpoint);
   HostTensor sidx = i32(c.ids);
@@ -310,19 +346,76 @@ TEST(CudaGdnReplay, RingLengths) {
   }
 }
 
-// Every CTA shape of the quad-tile kernels (1, 2, 4 warps: more loaders, the k-ring dots split over
-// warps, larger V-slices), which small test batches would never select by themselves.
+// Scoped REPLAYSSM_GDN_APPEND=fused|split (read at every call), restoring what was set before.
+struct ForceAppend {
+  explicit ForceAppend(const char* mode) {
+    const char* old = std::getenv("REPLAYSSM_GDN_APPEND");
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv("REPLAYSSM_GDN_APPEND", mode, 1);
+  }
+  ~ForceAppend() {
+    if (had_) setenv("REPLAYSSM_GDN_APPEND", old_.c_str(), 1);
+    else unsetenv("REPLAYSSM_GDN_APPEND");
+  }
+
+ private:
+  bool had_ = false;
+  std::string old_;
+};
+// Scoped REPLAYSSM_GDN_FLUSH_ROWS (rows per CTA of the split path's flush kernel; test batches pick 1).
+struct ForceFlushRows {
+  explicit ForceFlushRows(int rb) { setenv("REPLAYSSM_GDN_FLUSH_ROWS", std::to_string(rb).c_str(), 1); }
+  ~ForceFlushRows() { unsetenv("REPLAYSSM_GDN_FLUSH_ROWS"); }
+};
+
+// Every CTA shape (1, 2, 4 warps: more loaders, the k-ring dots split over warps, larger V-slices), which
+// small test batches would never select by themselves, of the fused kernels under both mappings (quad and
+// wide tile) and of the split path (append kernel + quad flush kernel); f32 and bf16 rings (the wide
+// kernel stages 16-bit rings through a raw cp.async area, the append kernel keeps them 16-bit).
 TEST(CudaGdnReplay, CtaShapes) {
   NEED_GPU();
-  for (int warps : {1, 2, 4})
-    for (DType sd : {DType::f32, DType::bf16}) {
-      ForceWarps fw(warps);
-      Cfg c;
-      c.sd = sd; c.ad = DType::bf16; c.rd = DType::f32; c.L = 8; c.steps = 19; c.seed = 200 + warps + int(sd);
-      c.geo = {2, 4, 128, 128};
-      SCOPED_TRACE("warps " + std::to_string(warps) + " " + dn(sd));
-      expect_replay(c, ("warps=" + std::to_string(warps)).c_str());
-    }
+  const char* const kModes[3] = {"fused quad", "fused wide", "split"};
+  for (const char* mode : kModes)
+    for (int warps : {1, 2, 4})
+      for (DType sd : {DType::f32, DType::bf16})
+        for (int K : {128, 64}) {
+          const std::string m(mode);
+          ForceAppend fa(m == "split" ? "split" : "fused");
+          ForceTile ft(m == "fused wide" ? "wide" : "quad");
+          ForceWarps fw(warps);
+          Cfg c;
+          c.sd = sd; c.ad = DType::bf16; c.rd = K == 64 ? DType::bf16 : DType::f32; c.L = 8; c.steps = 19;
+          c.seed = 200 + warps + int(sd) + K;
+          c.geo = {2, 4, K, 128};
+          c.stagger = m == "split";
+          SCOPED_TRACE(m + " warps " + std::to_string(warps) + " " + dn(sd) + " K " + std::to_string(K));
+          expect_replay(c, (m + " warps=" + std::to_string(warps)).c_str());
+        }
+}
+
+// Both append paths over the dtype pairs, both ring dtypes, K = 64 / 128, a padding row, >= 2L steps
+// (every fill level, flushes), fused from a common start, split also with staggered cursors (append and
+// flush rows in one launch) and 4 / 8 rows per flush CTA.
+TEST(CudaGdnReplay, AppendPaths) {
+  NEED_GPU();
+  for (const char* mode : {"fused", "split"})
+    for (int K : {128, 64})
+      for (DType sd : kF)
+        for (DType ad : kF)
+          for (DType rd : {DType::f32, ad}) {
+            if (rd == DType::f32 && ad == DType::f32 && sd != DType::f32) continue;  // covered by (f32, f32)
+            const bool split = std::string(mode) == "split";
+            ForceAppend fa(mode);
+            std::unique_ptr<ForceFlushRows> fr(split ? new ForceFlushRows(K == 128 ? 4 : 8) : nullptr);
+            Cfg c;
+            c.sd = sd; c.ad = ad; c.rd = rd; c.L = 8; c.steps = 2 * c.L + 2; c.geo = {2, 4, K, 64};
+            c.stagger = split && rd == ad;
+            c.seed = 700 + int(sd) * 9 + int(ad) * 3 + int(rd) + K;
+            SCOPED_TRACE(std::string(mode) + " K " + std::to_string(K) + " " + dn(sd) + "/" + dn(ad) + " ring " + dn(rd) +
+                         (c.stagger ? " staggered" : ""));
+            expect_replay(c, mode);
+          }
 }
 
 TEST(CudaGdnReplay, ProductionGeometriesAndShards) {
@@ -563,6 +656,35 @@ TEST(CudaGdnSpec, ProductionGeometry) {
   }
 }
 
+// Every CTA shape of the verify kernel (1 / 2 / 4 / 8 warps, K = 128 and 64): the small batches
+// above only ever get 1-warp CTAs.
+TEST(CudaGdnSpec, CtaShapes) {
+  NEED_GPU();
+  const SpecCase cases[] = {{DType::f32, DType::f32, DType::f32, 16, 4, 60, 4e-5, 4e-5},
+                            {DType::bf16, DType::bf16, DType::bf16, 12, 6, 60, 8e-2, 5e-2},
+                            {DType::f32, DType::bf16, DType::f32, 26, 6, 60, 5e-2, 4e-5}};
+  for (int warps : {1, 2, 4, 8})
+    for (const GdnGeometry& geo : {GdnGeometry{1, 2, 128, 128}, GdnGeometry{1, 2, 64, 128}})
+      for (const auto& sc : cases) {
+        ForceWarps fw(warps);
+        Cfg c;
+        c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
+        c.geo = geo; c.ids = {4, -1, 1, 2}; c.slots = 6; c.seed = 91 + warps + sc.window;
+        const Stats s = spec_stream(c);
+        std::printf("  [spec warps %d %s %s/%s ring %s B=%d T=%d] out %.2e (cpu %.2e) ckpt %.2e rings %.2e flushes %d\n", warps,
+                    geo.to_string().c_str(), dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(), sc.history, sc.window,
+                    s.out_ref, s.out_cpu, s.ck_ref, s.rings_cpu, s.flushes);
+        SCOPED_TRACE("warps " + std::to_string(warps) + " " + geo.to_string());
+        EXPECT_LE(s.out_ref, sc.out_tol);
+        EXPECT_LE(s.ck_ref, sc.state_tol);
+        EXPECT_LE(s.out_cpu, sc.out_tol);
+        EXPECT_LE(s.ck_cpu, sc.state_tol);
+        EXPECT_LE(s.rings_cpu, sc.out_tol);
+        EXPECT_TRUE(s.cursors_eq);
+        EXPECT_GT(s.flushes, 0);
+      }
+}
+
 // ---- classic step and classic speculative path: GPU vs CPU on the same data ----
 // Three classic steps on GPU and CPU; checks padding rows and the unused slot.
 void expect_classic(const GdnGeometry& geo, DType sd, DType ad, uint64_t seed, bool print) {
@@ -608,15 +730,18 @@ TEST(CudaGdnClassic, DecodeAllDtypePairsAndGeometries) {
       }
 }
 
+// Every CTA shape of both mappings (REPLAYSSM_GDN_TILE=quad|wide), every state dtype, both K.
 TEST(CudaGdnClassic, CtaShapes) {
   NEED_GPU();
-  for (int warps : {1, 2, 4})
-    for (DType sd : kF)
-      for (const GdnGeometry& geo : {GdnGeometry{2, 4, 128, 128}, GdnGeometry{2, 4, 64, 128}}) {
-        ForceWarps fw(warps);
-        SCOPED_TRACE("warps " + std::to_string(warps));
-        expect_classic(geo, sd, DType::bf16, 750 + warps * 7 + int(sd), true);
-      }
+  for (const char* tile : kTiles)
+    for (int warps : {1, 2, 4})
+      for (DType sd : kF)
+        for (const GdnGeometry& geo : {GdnGeometry{2, 4, 128, 128}, GdnGeometry{2, 4, 64, 128}}) {
+          ForceTile ft(tile);
+          ForceWarps fw(warps);
+          SCOPED_TRACE(std::string(tile) + " warps " + std::to_string(warps));
+          expect_classic(geo, sd, DType::bf16, 750 + warps * 7 + int(sd), true);
+        }
 }
 
 TEST(CudaGdnClassic, SpecPathAllDtypes) {

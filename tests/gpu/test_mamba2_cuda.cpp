@@ -88,6 +88,38 @@ TEST(CudaMamba2Classic, StreamedScheduleAllDtypePairs) {
   }
 }
 
+// The opt-in high-occupancy tiles (REPLAYSSM_M2_CLASSIC_TILE=wide: 64 B of state per lane, narrow: 16-32 B;
+// src/cuda/mamba2_decode_wide.cu). The world's B / C rows are 16-byte aligned (pads of 24 / 16 elements),
+// so the wide kernel runs rather than its deep fallback. Every dtype pair on Super and Nano (headdim 80)
+// with padding rows; then odd headdims whose last warp is partly past P (37 rows with N = 64, 18 with
+// N = 128), small grids (1-warp CTAs; 2-warp ones for {8, 64, 128, 2}, fp32 state), no gate / bias / D, fp32 dt.
+// Every classic tile forced in turn (the default picks narrow or wide by state dtype; the other tests run it).
+TEST(CudaMamba2Classic, WideTileAllDtypePairs) {
+  NEED_GPU();
+  struct Unset { ~Unset() { unsetenv("REPLAYSSM_M2_CLASSIC_TILE"); } } unset;
+  for (const char* tile : {"wide", "narrow", "deep"}) {
+    setenv("REPLAYSSM_M2_CLASSIC_TILE", tile, 1);
+    for (const Mamba2Geometry g : {Mamba2Geometry{128, 64, 128, 8}, Mamba2Geometry{96, 80, 128, 8}})
+      for (DType sd : kF)
+        for (DType ad : kF) {
+          WorldConfig c;
+          c.geo = g; c.sd = sd; c.ad = ad; c.L = 1; c.rows = 5; c.pad_rows = 2;
+          c.seed = 120 + int(sd) * 3 + int(ad);
+          SCOPED_TRACE(std::string(tile) + " " + g.to_string() + " " + dn(sd) + "/" + dn(ad));
+          run_case(c, 2, true);
+        }
+    for (const Mamba2Geometry g : {Mamba2Geometry{6, 37, 64, 3}, Mamba2Geometry{4, 18, 128, 2},
+                                   Mamba2Geometry{40, 64, 64, 5}, Mamba2Geometry{8, 64, 128, 2}})
+      for (DType sd : kF) {
+        WorldConfig c;
+        c.geo = g; c.sd = sd; c.ad = DType::bf16; c.L = 1; c.rows = 20; c.pad_rows = 3; c.seed = 131 + int(sd);
+        c.gate = sd != DType::bf16; c.bias = sd != DType::f16; c.skip = sd != DType::f32; c.dt_f32 = sd == DType::f32;
+        SCOPED_TRACE(std::string(tile) + " " + g.to_string() + " " + dn(sd));
+        run_case(c, 3, true);
+      }
+  }
+}
+
 TEST(CudaMamba2Replay, AllDtypePairsBothRoutes) {
   NEED_GPU();
   for (auto route : {mamba2::Route::output_only, mamba2::Route::state_and_output})
@@ -99,6 +131,33 @@ TEST(CudaMamba2Replay, AllDtypePairsBothRoutes) {
         SCOPED_TRACE(std::string(dn(sd)) + "/" + dn(ad));
         run_case(c, 20, false);
       }
+}
+
+// The output-only append tiles (REPLAYSSM_M2_APPEND_TILE=fused: one launch; split, the default:
+// mamba2_replay_append.cu for w < L-1 + the fused kernel in flush-only mode). Every dtype pair on Super, Nano
+// (headdim 80: whole warps past P in the last CTA) and an odd geometry (headdim 37, dstate 64: unaligned ring
+// rows, element staging, 1-warp CTAs, rows past P) with padding rows; random start cursors and 2 L + 2 steps,
+// so every slot runs every fill level and >= 2 flushes. The odd geometry varies gate / bias / D / fp32 dt.
+TEST(CudaMamba2Replay, AppendTiles) {
+  NEED_GPU();
+  struct Unset { ~Unset() { unsetenv("REPLAYSSM_M2_APPEND_TILE"); } } unset;
+  for (const char* tile : {"fused", "split"}) {
+    setenv("REPLAYSSM_M2_APPEND_TILE", tile, 1);
+    for (const Mamba2Geometry g : {Mamba2Geometry{128, 64, 128, 8}, Mamba2Geometry{96, 80, 128, 8},
+                                   Mamba2Geometry{6, 37, 64, 3}})
+      for (DType sd : kF)
+        for (DType ad : kF) {
+          WorldConfig c;
+          c.geo = g; c.sd = sd; c.ad = ad; c.L = 16; c.rows = 5; c.pad_rows = 2;
+          c.seed = 160 + int(sd) * 3 + int(ad) + g.headdim;
+          if (g.headdim == 37) {
+            const int v = int(sd) * 3 + int(ad);
+            c.gate = v % 2 == 0; c.bias = v % 3 != 1; c.skip = v % 4 != 2; c.dt_f32 = v % 2 == 1;
+          }
+          SCOPED_TRACE(std::string(tile) + " " + g.to_string() + " " + dn(sd) + "/" + dn(ad));
+          run_case(c, 2 * c.L + 2, false);
+        }
+  }
 }
 
 TEST(CudaMamba2Replay, RingLengths) {

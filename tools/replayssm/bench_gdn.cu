@@ -201,6 +201,17 @@ void run_bench_gdn(const BenchGdnOptions& o) {
       double cyc_bytes = 0;
       for (int i = 0; i < L; ++i) cyc_bytes += step_bytes(i);
       report("amortised cycle", 0, t_cycle, cyc_bytes / L, t_classic, ns, classic_bytes);
+      // As an engine runs it: the ns sets are ns layers whose cursors move together, one advance launch
+      // per model step after all layers (one cursor tensor serves every layer, cursor.hpp); per layer step.
+      upload(cur, std::vector<int32_t>(size_t(rs), 0));
+      const TensorView sid_all = TensorView::contiguous(sidx.p, DType::i32, {int64_t(ns) * B}, Device::cuda(0));
+      const double t_model = time_graph(st, o.reps, L * ns, [&] {
+        for (int i = 0; i < L; ++i) {
+          for (int s = 0; s < ns; ++s) gdn::replay_decode({geo, inputs(B), w, cache, sid(s), outv}, st);
+          advance_cursors(cache.cursor, sid_all, L, st);
+        }
+      });
+      report("amortised, " + std::to_string(ns) + " layers", 0, t_model, cyc_bytes / L, t_classic, ns, classic_bytes);
 
       // speculative: classic spec path vs verify + commit
       for (int T : o.windows) {

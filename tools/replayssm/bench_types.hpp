@@ -32,6 +32,10 @@ struct Result {
   int tp = 1, batch = 0, L = 0;
   DType sd = DType::f32, ad = DType::bf16;
   Timing classic, append_w0, append_mid, append_last, append_avg, flush, amortised, amortised_state;
+  // amortised_model: per layer step of `layers` layers sharing one cursor tensor, advanced once per
+  // model step (cursor.hpp); advance: one cursor_advance launch alone.
+  Timing amortised_model, advance;
+  int layers = 1;
   double bound_us = 0;  // amortised bytes / copy bandwidth
 };
 
