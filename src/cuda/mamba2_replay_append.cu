@@ -1,6 +1,6 @@
 // ReplaySSM standard decode, output-only append step (w < L-1, L > 1) in the high-occupancy style of
-// mamba2_decode_wide.cu. Launched by mamba2_replay_decode (split mode, REPLAYSSM_M2_APPEND_TILE=split, the
-// default) next to the fused kernel in flush-only mode; each kernel returns at once for the other's rows.
+// mamba2_decode_wide.cu. Launched by mamba2_replay_decode (split mode, REPLAYSSM_M2_APPEND_TILE=split, opt-in:
+// measured slower than fused, docs/results.md 2026-12-03) next to the fused kernel in flush-only mode; each kernel returns at once for the other's rows.
 // Same math as the fused kernel's append path (mamba2_replay_decode.cu), y equal to rounding:
 //   y = decay (S0 . C) + sum_{k<=w} s_k (B_k . C) x_k + D x (* z sigmoid z), ring entry w = (x, delta, B).
 //

@@ -364,6 +364,12 @@ class World {
 };
 
 inline double out_tol(DType ad) { return ad == DType::bf16 ? 1.2e-2 : ad == DType::f16 ? 2e-3 : 1e-4; }
+// With fp32 activations a 16-bit checkpoint dominates: the GPU's fp32 fold and the float64 oracle may round a
+// state element to neighbouring 16-bit values (seen: 1.6e-4 with a bf16 checkpoint, headdim 37, dstate 64).
+inline double out_tol(DType ad, DType sd) {
+  const double st = sd == DType::bf16 ? 1e-3 : sd == DType::f16 ? 2e-4 : 0.0;
+  return std::max(out_tol(ad), st);
+}
 inline double state_tol(DType sd) { return sd == DType::bf16 ? 1.2e-2 : sd == DType::f16 ? 2e-3 : 1e-5; }
 
 }  // namespace replayssm::test

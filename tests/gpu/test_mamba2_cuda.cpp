@@ -27,8 +27,8 @@ void run_case(const WorldConfig& cfg, int steps, bool classic, bool with_cpu = t
     worst = std::max(worst, e.out_gpu_ref);
     worst_cpu = std::max(worst_cpu, e.out_gpu_cpu);
     ASSERT_TRUE(e.pad_untouched) << "padding row output was written at step " << i;
-    ASSERT_LT(e.out_gpu_ref, out_tol(cfg.ad)) << "step " << i;
-    if (with_cpu) ASSERT_LT(e.out_gpu_cpu, 2 * out_tol(cfg.ad)) << "vs CPU, step " << i;
+    ASSERT_LT(e.out_gpu_ref, out_tol(cfg.ad, cfg.sd)) << "step " << i;
+    if (with_cpu) ASSERT_LT(e.out_gpu_cpu, 2 * out_tol(cfg.ad, cfg.sd)) << "vs CPU, step " << i;
   }
   const auto [se, se_cpu] = w.state_errors(with_cpu);
   EXPECT_LT(se, state_tol(cfg.sd)) << "checkpoint vs f64 oracle";
@@ -133,7 +133,7 @@ TEST(CudaMamba2Replay, AllDtypePairsBothRoutes) {
       }
 }
 
-// The output-only append tiles (REPLAYSSM_M2_APPEND_TILE=fused: one launch; split, the default:
+// The output-only append tiles (REPLAYSSM_M2_APPEND_TILE=fused, the default: one launch; split (opt-in):
 // mamba2_replay_append.cu for w < L-1 + the fused kernel in flush-only mode). Every dtype pair on Super, Nano
 // (headdim 80: whole warps past P in the last CTA) and an odd geometry (headdim 37, dstate 64: unaligned ring
 // rows, element staging, 1-warp CTAs, rows past P) with padding rows; random start cursors and 2 L + 2 steps,
