@@ -71,8 +71,10 @@ inline void checkpoint_readout(const char* S, DType sdt, int P, int N, const T* 
     int i = 0;
     for (; i + 4 <= P; i += 4) {
       const float *r0 = s + size_t(i) * N, *r1 = r0 + N, *r2 = r1 + N, *r3 = r2 + N;
-      // Reads only, no stores to pace them: prefetch a few rows ahead to keep misses in flight.
-      for (int b = 0; b < 4 * N; b += 16) __builtin_prefetch(r0 + 8 * N + b, 0, 0);
+      // Reads only, no stores to pace them: prefetch a few rows ahead to keep misses in flight. Locality 3
+      // (prefetcht0): the non-temporal hint (0) made this loop 3x slower on an Intel Xeon whose L3 holds the
+      // whole state (docs/results.md, 2026-12-03).
+      for (int b = 0; b < 4 * N; b += 16) __builtin_prefetch(r0 + 8 * N + b, 0, 3);
       T a0 = 0, a1 = 0, a2 = 0, a3 = 0;
 #pragma omp simd reduction(+ : a0, a1, a2, a3)
       for (int n = 0; n < N; ++n) {

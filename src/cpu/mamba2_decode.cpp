@@ -26,8 +26,8 @@ static void decode_impl(const Mamba2StepParams& p) {
       char* S = at(p.state, p.state_dtype, int64_t(slot) * p.state_slot + int64_t(h) * P * N);
       for (int i = 0; i < P; ++i) {
         char* Srow = S + int64_t(i) * N * dtype_size(p.state_dtype);
-        // Same prefetch distance as the ReplaySSM readout, so the comparison is like for like.
-        for (int b = 0; b < N * dtype_size(p.state_dtype); b += 64) __builtin_prefetch(Srow + 8 * N * dtype_size(p.state_dtype) + b, 1, 0);
+        // Same prefetch distance and locality (t0) as the ReplaySSM readout, so the comparison is like for like.
+        for (int b = 0; b < N * dtype_size(p.state_dtype); b += 64) __builtin_prefetch(Srow + 8 * N * dtype_size(p.state_dtype) + b, 1, 3);
         load_row<T>(Srow, p.state_dtype, N, srow);
         const T dx = delta * xv[i];
         for (int n = 0; n < N; ++n) srow[n] = a * srow[n] + dx * Bv[n];
