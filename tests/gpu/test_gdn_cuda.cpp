@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "device_tensor.hpp"
+#include "scoped_env.hpp"
 #include "replayssm/backend.hpp"
 #include "replayssm/error.hpp"
 #include "support/gdn_harness.hpp"
@@ -66,29 +67,12 @@ int watchdog_s() {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device"; \
   Watchdog watchdog_(watchdog_s())
 
-// Forces the CTA shape of the quad-tile kernels for one scope (REPLAYSSM_GDN_CUDA_WARPS).
-struct ForceWarps {
-  explicit ForceWarps(int w) { setenv("REPLAYSSM_GDN_CUDA_WARPS", std::to_string(w).c_str(), 1); }
-  ~ForceWarps() { unsetenv("REPLAYSSM_GDN_CUDA_WARPS"); }
+// Scoped kernel-variant switches (read by the CUDA dispatch at every launch): CTA shape, step-kernel mapping.
+struct ForceWarps : ScopedEnv {
+  explicit ForceWarps(int w) : ScopedEnv("REPLAYSSM_GDN_CUDA_WARPS", std::to_string(w)) {}
 };
-
-// Forces the step kernels' mapping for one scope (REPLAYSSM_GDN_TILE=quad|wide, read at every launch);
-// restores what was set before, so a whole run can still be pinned to one tile from outside.
-struct ForceTile {
-  explicit ForceTile(const char* tile) {
-    const char* old = std::getenv("REPLAYSSM_GDN_TILE");
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv("REPLAYSSM_GDN_TILE", tile, 1);
-  }
-  ~ForceTile() {
-    if (had_) setenv("REPLAYSSM_GDN_TILE", old_.c_str(), 1);
-    else unsetenv("REPLAYSSM_GDN_TILE");
-  }
-
- private:
-  bool had_ = false;
-  std::string old_;
+struct ForceTile : ScopedEnv {
+  explicit ForceTile(const char* tile) : ScopedEnv("REPLAYSSM_GDN_TILE", tile) {}
 };
 const char* const kTiles[2] = {"quad", "wide"};
 
@@ -346,27 +330,13 @@ TEST(CudaGdnReplay, RingLengths) {
   }
 }
 
-// Scoped REPLAYSSM_GDN_APPEND=fused|split (read at every call), restoring what was set before.
-struct ForceAppend {
-  explicit ForceAppend(const char* mode) {
-    const char* old = std::getenv("REPLAYSSM_GDN_APPEND");
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv("REPLAYSSM_GDN_APPEND", mode, 1);
-  }
-  ~ForceAppend() {
-    if (had_) setenv("REPLAYSSM_GDN_APPEND", old_.c_str(), 1);
-    else unsetenv("REPLAYSSM_GDN_APPEND");
-  }
-
- private:
-  bool had_ = false;
-  std::string old_;
+// Scoped REPLAYSSM_GDN_APPEND=fused|split and REPLAYSSM_GDN_FLUSH_ROWS (rows per CTA of the split path's
+// flush kernel; test batches pick 1).
+struct ForceAppend : ScopedEnv {
+  explicit ForceAppend(const char* mode) : ScopedEnv("REPLAYSSM_GDN_APPEND", mode) {}
 };
-// Scoped REPLAYSSM_GDN_FLUSH_ROWS (rows per CTA of the split path's flush kernel; test batches pick 1).
-struct ForceFlushRows {
-  explicit ForceFlushRows(int rb) { setenv("REPLAYSSM_GDN_FLUSH_ROWS", std::to_string(rb).c_str(), 1); }
-  ~ForceFlushRows() { unsetenv("REPLAYSSM_GDN_FLUSH_ROWS"); }
+struct ForceFlushRows : ScopedEnv {
+  explicit ForceFlushRows(int rb) : ScopedEnv("REPLAYSSM_GDN_FLUSH_ROWS", std::to_string(rb)) {}
 };
 
 // Every CTA shape (1, 2, 4 warps: more loaders, the k-ring dots split over warps, larger V-slices), which

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "mamba2_world.hpp"
+#include "scoped_env.hpp"
 #include "replayssm/backend.hpp"
 
 namespace replayssm::test {
@@ -71,8 +72,7 @@ TEST(CudaMamba2Classic, GeometriesAndBatches) {
 // every dtype pair, gate on, padding rows, both dstates and Nano's 5-warp headdim.
 TEST(CudaMamba2Classic, StreamedScheduleAllDtypePairs) {
   NEED_GPU();
-  setenv("REPLAYSSM_CLASSIC_STREAMED", "1", 1);
-  struct Unset { ~Unset() { unsetenv("REPLAYSSM_CLASSIC_STREAMED"); } } unset;
+  const ScopedEnv streamed("REPLAYSSM_CLASSIC_STREAMED", "1");
   for (DType sd : kF)
     for (DType ad : kF) {
       WorldConfig c;
@@ -96,9 +96,8 @@ TEST(CudaMamba2Classic, StreamedScheduleAllDtypePairs) {
 // Every classic tile forced in turn (the default picks narrow or wide by state dtype; the other tests run it).
 TEST(CudaMamba2Classic, WideTileAllDtypePairs) {
   NEED_GPU();
-  struct Unset { ~Unset() { unsetenv("REPLAYSSM_M2_CLASSIC_TILE"); } } unset;
   for (const char* tile : {"wide", "narrow", "deep"}) {
-    setenv("REPLAYSSM_M2_CLASSIC_TILE", tile, 1);
+    const ScopedEnv force("REPLAYSSM_M2_CLASSIC_TILE", tile);
     for (const Mamba2Geometry g : {Mamba2Geometry{128, 64, 128, 8}, Mamba2Geometry{96, 80, 128, 8}})
       for (DType sd : kF)
         for (DType ad : kF) {
@@ -140,9 +139,8 @@ TEST(CudaMamba2Replay, AllDtypePairsBothRoutes) {
 // so every slot runs every fill level and >= 2 flushes. The odd geometry varies gate / bias / D / fp32 dt.
 TEST(CudaMamba2Replay, AppendTiles) {
   NEED_GPU();
-  struct Unset { ~Unset() { unsetenv("REPLAYSSM_M2_APPEND_TILE"); } } unset;
   for (const char* tile : {"fused", "split"}) {
-    setenv("REPLAYSSM_M2_APPEND_TILE", tile, 1);
+    const ScopedEnv force("REPLAYSSM_M2_APPEND_TILE", tile);
     for (const Mamba2Geometry g : {Mamba2Geometry{128, 64, 128, 8}, Mamba2Geometry{96, 80, 128, 8},
                                    Mamba2Geometry{6, 37, 64, 3}})
       for (DType sd : kF)
