@@ -1,40 +1,53 @@
 // ReplaySSM speculative verify for Gated DeltaNet on the GPU (semantics: src/cpu/gdn_spec_verify.cpp).
 //
-// Mapping: CTA = (row, v-head, V-slice) of NW <= 8 warps; a row group of lpr = K / 32 lanes holds one
-// checkpoint row (a lane: 32 columns, chunk m at columns (m * lpr + li) * VEC). Lane = li * RW + lr
-// (RW = 32 / lpr rows per warp): lanes n and n^1 read the same q / k chunk, so the shared loads of the
-// row dots return two lanes per address (the "pair" rule: half the wavefronts); row sums are 1-2 xor
-// shuffles (offsets 16, 8).
-// Loads, in three dependent waves, each issued at once before anything waits:
-//  1. slot_idx, query_start_loc, A_log, dt_bias;
-//  2. the checkpoint row (8 or 4 16-byte loads per lane, into registers), the cursor, the window's q, k
-//     rows and this CTA's v columns (cp.async), a, b (warp 0);
-//  3. the history: k ring rows and this CTA's d-ring slice in logical order (cp.async; 2-byte copies
-//     where a source is not 16-byte aligned), the g ring (warp 0), which scans om_c, tot, the window's
-//     gates and Gam while the copies fly. One wait, barrier B1; no global load after it.
-// Then everything comes from shared memory, on un-normalised q, k (the norm factors are applied to
-// the reduced sums; k ring rows are normalised already):
-//  * per row: the partial S q_s, S k_s (flush rows: first S_h = tot S0 + sum_c om_c d_c[i] k_c^T by
-//    FFMA, written as the new checkpoint when w > 0 and continued from its stored rounding);
-//  * the prologue GEMM P = A [q; k]^T, A = (k ring rows c < w, non-flush only; window k; window q),
-//    each A row held by a row group exactly like a state row (w + 2n <= 40 rows: one pass of 5 warps
-//    at NW = 8). It gives om_c-free k_c.q_s, k_c.k_s, the window's k_j.k_a, k_j.q_a and the norms;
-//  B2; the n x n substitution / output coefficients (threads < 64) and the ring term
-//  sum_c om_c d_c[i] P[c][s] (spread over the row group) with the row sums; B3; forward
-//  substitution in fp32 per row, outputs, d appended at logical w + a; k (normalised), g appended.
-// CTA size: the GEMM costs the same per CTA for 32 or 64 rows: (w + 2n) rows x 2n x K FMA and, at
-// w = 16, n = 6, bf16 act, ~21k returned shared registers (~0.7k cycles of LDS bandwidth, ~0.35k with
-// the pair rule). A head (64 KB fp32 checkpoint + ~14 KB history) is ~5.8k cycles of DRAM time per
-// SM at 85 % of copy; with 64-row CTAs (128 at K = 64) it pays the GEMM twice (~23 %) instead of
-// four times (~46 %), and its latency is one warp pass (5 of 8 warps) instead of two. 256 threads
-// at <= 128 registers: 2 CTAs (64 KB of checkpoint loads) per SM, as 4 x 128 before. Qwen3.5-4B:
-// batch 64 -> 4096 CTAs (15.5 waves of 264), batch 8 -> 512; the CTA is halved only while the grid
-// has fewer than 2 CTAs per SM (batch <= 4).
+// Why tensor cores (H200, Qwen3.5-4B, fp32 state, bf16 act, b512): the earlier CUDA-core kernel (removed
+// 2026-12-03; it ran no faster than the classic speculative kernel, 1.02-1.06x) reached 23 % of copy,
+// ~8.9 us per CTA lifetime (32768 CTAs, 124 waves of 264 over ~1.1 ms). Its LDS traffic was not the limit,
+// its issue was: per lane-row 2n x 32 FMA plus one bf16 -> fp32 conversion per FMA plus the LDS: ~600 issue
+// slots per warp-row-pass at n = 4, and 2 CTAs per SM in phase (one wave of loads, then all 16 warps
+// compute: nothing in flight). Budget: 32 B/ns of DRAM per SM = 8 fp32 state values/ns; 2n FMA each =
+// 64-128 FMA/ns, i.e. 28-55 % of the SM's 230 FMA/ns (4 x 32 lanes x 1.8 GHz) with FMA alone, ~2.5x that
+// with the conversions and loads: at n >= 4 the CUDA-core formulation cannot reach the byte bound.
+// Measured (docs/results.md, run M): this kernel is 1.59-1.65x faster than the classic speculative path at
+// T = 4 and 2.15-2.24x at T = 6, at ~31 % of copy.
+//
+// The row dots on tensor cores. Per warp, 8 state rows; D[16 x 8] = W[16 x K] S^T[K x 8] with
+// mma.sync m16n8k8 TF32 (fragment layout: spec_mma.cuh), W rows 0..7 = q_0..q_7, rows 8..15 =
+// k_0..k_7 (raw, un-normalised; rows s >= n zeroed in registers), S rows = the B operand (n = row).
+// K is a reduction index, so any column permutation shared by A and B is allowed: lane (g, t)
+// (g = lane / 4, t = lane % 4) loads row g's VEC = 16 / sizeof(ST) consecutive columns
+// m CW + t VEC .. +VEC-1 (CW = 4 VEC, one 16-byte global load per chunk m) and k-step e of
+// the chunk uses elements 2e (as k = t) and 2e+1 (as k = t+4); the window operand of lane (g, t)
+// is the same columns of q_g and k_g (VEC consecutive values from shared memory). D lands as
+// d0 = q_g . S_{2t}, d1 = q_g . S_{2t+1}, d2 = k_g . S_{2t}, d3 = k_g . S_{2t+1}: fully reduced,
+// no shuffle. Accuracy: bf16 / f16 values are exact in TF32 (one part); fp32 state, f32
+// activations and fp32 k-ring rows are split hi + lo (3xTF32, ~2^-20 relative, fp32 accumulate).
+// Issue per warp (8 rows, fp32 state, bf16 act, K = 128): 8 chunks x (2 LDS.64 + 8 cvt + 8 split
+// + 4 mma) ~ 180 issue slots for 8 rows, vs ~600 per warp-row-pass on CUDA cores; the tensor work (16 x 8 x K
+// MAC x 2-3 passes per 4 KB of checkpoint) is a few % of the SM's TF32 rate at the byte bound.
+// The prologue P = A [q; k]^T (A = history k rows c < w (non-flush only), window k, window q:
+// <= 40 rows) is the same tile with A rows as the B operand from shared memory: <= 5 tiles, one
+// per warp. History P rows are stored pre-multiplied by om_c. Ring term (non-flush): each lane adds
+// sum_c om_c P[c][g] d_c[row] to its 4 D values (w x 4 FMA, no reduction). D goes through a
+// per-warp shared transpose; the forward substitution runs per row with the 4 lanes of a row
+// redundant (stores spread over them, a % 4 == t).
+// Loads, in three dependent waves, each issued at once before anything waits: (1) slot_idx,
+// query_start_loc, A_log, dt_bias; (2) the checkpoint rows (registers), the cursor, the window's q, k rows
+// and this CTA's v columns (cp.async), a, b; (3) the history (k ring rows, this CTA's d-ring slice: cp.async;
+// 2-byte copies where a source is not 16-byte aligned) and the g ring, scanned while the copies
+// fly. One wait, B1; prologue tiles first (the state registers may still be arriving), state tile,
+// B2, ring term + coefficients, B3, substitution, stores.
+// Shared rows of q, k and the k history are padded to K + 16 elements (conflict-free fragment
+// loads). CTA: NW <= 8 warps x 8 rows (64 rows). Launch bound: K = 128: 2 CTAs of 256 threads
+// (<= 128 registers; at 80 registers for 3 CTAs ptxas spills 8-56 B), 16 warps / 64 KB of fp32
+// checkpoint per SM as the CUDA-core kernel, but each CTA's compute phase is ~1/3 as long, so a
+// larger share of its life has loads in flight; K = 64: 3 CTAs (<= 80 registers, no spill).
 #include <cstdlib>
 #include <string>
 
 #include "cuda/gdn_common.cuh"
 #include "cuda/ops.hpp"
+#include "cuda/spec_mma.cuh"
 
 namespace replayssm::cuda {
 namespace {
@@ -43,9 +56,9 @@ using namespace gdn;
 
 constexpr int kT = kTMax;  // window positions (8)
 constexpr int kAR = 40;    // prologue A rows: w + 2n <= R + n <= 40
+constexpr int kRW = 8;     // state rows per warp (the mma's n)
+constexpr int kMaxRows = 64;
 
-// One 16-byte chunk global -> shared: cp.async from a 16-byte aligned source, else 2-byte copies
-// (every ring / activation element here is 2 or 4 bytes, so 2-byte aligned).
 __device__ __forceinline__ void stage16(void* dst, const void* src) {
   if ((reinterpret_cast<uintptr_t>(src) & 15u) == 0) {
     cp_async16(dst, src);
@@ -57,7 +70,7 @@ __device__ __forceinline__ void stage16(void* dst, const void* src) {
   for (int e = 0; e < 8; ++e) d[e] = s[e];
 }
 
-// N consecutive T from shared memory as fp32 (p aligned to N * sizeof(T), at most 16 bytes).
+// N consecutive T from shared memory as fp32 (p aligned to N * sizeof(T), at most 16 bytes per access).
 template <class T, int N>
 __device__ __forceinline__ void lds_f(const T* p, float (&v)[N]) {
   if constexpr (sizeof(T) == 4) {
@@ -83,65 +96,49 @@ __device__ __forceinline__ void lds_f(const T* p, float (&v)[N]) {
   }
 }
 
-// The lane's 32 columns of a K-row in shared memory.
-template <class T, int VEC>
-__device__ __forceinline__ void ld_row(const T* r, int lpr, int li, float (&a)[kCols]) {
+// One chunk (VEC columns of this lane) of d += W S^T: bv = the lane's B-row values (row g of the
+// tile), qrow / krow = q_g, k_g at the same columns (AT, shared); live = g < n (else W rows are 0).
+// Warp-uniform call (mma.sync).
+template <class AT, int VEC, int BP>
+__device__ __forceinline__ void tile_chunk(float (&d)[4], const float (&bv)[VEC], const AT* qrow, const AT* krow,
+                                           bool live) {
+  constexpr int AP = spec::Parts<AT>::kN;
+  float qv[VEC], kv[VEC];
+  lds_f<AT, VEC>(qrow, qv);
+  lds_f<AT, VEC>(krow, kv);
 #pragma unroll
-  for (int m = 0; m < kCols / VEC; ++m) {
-    float v[VEC];
-    lds_f<T, VEC>(r + (m * lpr + li) * VEC, v);
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) a[m * VEC + e] = v[e];
+  for (int e = 0; e < VEC / 2; ++e) {
+    uint32_t ah[4], al[4], bh0, bl0, bh1, bl1;
+    spec::split_tf32<AP>(live ? qv[2 * e] : 0.f, ah[0], al[0]);
+    spec::split_tf32<AP>(live ? kv[2 * e] : 0.f, ah[1], al[1]);
+    spec::split_tf32<AP>(live ? qv[2 * e + 1] : 0.f, ah[2], al[2]);
+    spec::split_tf32<AP>(live ? kv[2 * e + 1] : 0.f, ah[3], al[3]);
+    spec::split_tf32<BP, false>(bv[2 * e], bh0, bl0);
+    spec::split_tf32<BP, false>(bv[2 * e + 1], bh1, bl1);
+    spec::mma_passes<AP, BP>(d, ah, al, bh0, bh1, bl0, bl1);
   }
 }
 
-// x[s] = a . q_s, y[s] = a . k_s over the lane's columns (raw window rows); 0 for s >= n.
-template <class AT, int VEC>
-__device__ __forceinline__ void row_dots(const float (&a)[kCols], const AT* sq, const AT* sk, int K, int lpr, int li,
-                                         int n, float (&x)[kT], float (&y)[kT]) {
-#pragma unroll
-  for (int s = 0; s < kT; ++s) {
-    float xs = 0.f, ys = 0.f;
-    if (s < n) {
-#pragma unroll
-      for (int m = 0; m < kCols / VEC; ++m) {
-        float qv[VEC], kv[VEC];
-        lds_f<AT, VEC>(sq + s * K + (m * lpr + li) * VEC, qv);
-        lds_f<AT, VEC>(sk + s * K + (m * lpr + li) * VEC, kv);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          xs = fmaf(a[m * VEC + e], qv[e], xs);
-          ys = fmaf(a[m * VEC + e], kv[e], ys);
-        }
-      }
-    }
-    x[s] = xs;
-    y[s] = ys;
-  }
-}
-
-// Sum over the row group (lanes li * RW + lr, fixed lr). RW is CTA-uniform: every lane runs it.
-__device__ __forceinline__ float row_sum(float v, int RW) {
-  for (int o = 16; o >= RW; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-template <class ST, class AT>
-__global__ void __launch_bounds__(256, 2) gdn_verify_kernel(const GdnVerifyParams P, const int slices) {
+template <class ST, class AT, int K>
+__global__ void __launch_bounds__(256, K == 128 ? 2 : 3) gdn_verify_kernel(const GdnVerifyParams P, const int slices) {
   using VT = Vec16<ST>;
-  constexpr int VEC = VT::kN, NCH = kCols / VEC;
+  constexpr int VEC = VT::kN, CW = 4 * VEC, NCH = K / CW, NC = K / 4, KP = K + 16;
+  constexpr int BPS = spec::Parts<ST>::kN;
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;
-  __shared__ __align__(16) float s_Pq[kAR][kT], s_Pk[kAR][kT];  // A_r . q_s, A_r . k_s (raw q, k)
-  __shared__ float s_L[kT][kT], s_O[kT][kT];  // -beta_a E_aj KK_aj (j < a), E_aj KQ_aj (j <= a)
+  __shared__ __align__(16) float s_Pq[kAR][kT], s_Pk[kAR][kT];  // A_r . q_s, A_r . k_s (raw q, k; rows c < w x om_c)
+  __shared__ float s_hx[kMaxRows][kT + 1], s_hy[kMaxRows][kT + 1];  // S_h q_s, S_h k_s per CTA row (un-normalised)
+  __shared__ float s_L[kT][kT], s_O[kT][kT];
   __shared__ float s_om[32], s_gam[kT], s_beta[kT], s_ea[kT], s_sq[kT], s_sk[kT], s_tot;
-  extern __shared__ __align__(16) unsigned char s_dyn[];  // q, k [kT][K], v [kT][rpc] (AT); k ring, d slice
+  extern __shared__ __align__(16) unsigned char s_dyn[];  // q, k [kT][KP], v [kT][rpc] (AT); k ring [RL-1][KP], d slice
 
   const int row = blockIdx.y, hv = blockIdx.x / slices, slice = blockIdx.x % slices;
   const int tid = threadIdx.x, nth = blockDim.x, warp = tid >> 5, lane = tid & 31, nw = nth >> 5;
-  const int K = p.head_k_dim, V = p.head_v_dim, RL = R.ring, mask = RL - 1;
-  const int lpr = K / kCols, RW = 32 / lpr, rpc = nw * RW;
-  const int li = lane / RW, l = warp * RW + lane % RW, i = slice * rpc + l;
+  const int V = p.head_v_dim, RL = R.ring, mask = RL - 1;
+  const int rpc = nw * kRW;
+  const int g = lane >> 2, t = lane & 3;
+  const int l = warp * kRW + g, i = slice * rpc + l;  // this lane's state row (B operand row g)
+  const int colt = t * VEC;                           // + m * CW: the lane's columns in chunk m
 
   // ---- wave 1 ----
   const int slot = p.slot_idx[int64_t(row) * p.slot_idx_stride];
@@ -151,29 +148,29 @@ __global__ void __launch_bounds__(256, 2) gdn_verify_kernel(const GdnVerifyParam
     A_log = ld_any(p.A_log, int64_t(hv) * p.A_log_stride, p.w_dtype);
     dtb = ld_any(p.dt_bias, int64_t(hv) * p.dt_bias_stride, p.w_dtype);
   }
-  if (slot < 0 || slot >= p.slots) return;  // padding row: nothing read or written
+  if (slot < 0 || slot >= p.slots) return;  // padding row: nothing read or written (whole CTA)
 
   // ---- wave 2 ----
   ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + int64_t(hv) * V * K + int64_t(i) * K;
   uint4 raw[NCH];
 #pragma unroll
-  for (int m = 0; m < NCH; ++m) raw[m] = VT::load_raw(S + (m * lpr + li) * VEC);
+  for (int m = 0; m < NCH; ++m) raw[m] = VT::load_raw(S + m * CW + colt);
   const int w = R.cursor[int64_t(slot) * R.cursor_slot], origin = R.cursor[int64_t(slot) * R.cursor_slot + 1];
-  if (n <= 0 || n > kT) return;  // empty window: a no-op
+  if (n <= 0 || n > kT) return;  // empty window: a no-op (whole CTA)
   const int vpk = p.v_heads / p.k_heads, h = hv / vpk;
   AT* s_q = reinterpret_cast<AT*>(s_dyn);
-  AT* s_k = s_q + kT * K;
-  AT* s_v = s_k + kT * K;
-  unsigned char* s_kr = reinterpret_cast<unsigned char*>(s_v + kT * rpc);  // [RL-1][K], k ring dtype
+  AT* s_k = s_q + kT * KP;
+  AT* s_v = s_k + kT * KP;
+  unsigned char* s_kr = reinterpret_cast<unsigned char*>(s_v + kT * rpc);  // [RL-1][KP], k ring dtype
   const int ksz = int(esize(R.k_dtype)), dsz = int(esize(R.d_dtype));
-  unsigned char* s_d = s_kr + size_t(RL - 1) * K * ksz;  // [RL-1][rpc], d ring dtype
+  unsigned char* s_d = s_kr + size_t(RL - 1) * KP * ksz;  // [RL-1][rpc], d ring dtype
   {
-    const int cpr = K * int(sizeof(AT)) / 16;
+    constexpr int cpr = K * int(sizeof(AT)) / 16;
     for (int x = tid; x < 2 * n * cpr; x += nth) {
       const int r = x / cpr, c = x % cpr, s = r < n ? r : r - n;
       const char* src = r < n ? static_cast<const char*>(cptr(p.q, p.act, (t0 + s) * p.q_tok + int64_t(h) * p.q_head))
                               : static_cast<const char*>(cptr(p.k, p.act, (t0 + s) * p.k_tok + int64_t(h) * p.k_head));
-      stage16(reinterpret_cast<char*>((r < n ? s_q : s_k) + s * K) + c * 16, src + c * 16);
+      stage16(reinterpret_cast<char*>((r < n ? s_q : s_k) + s * KP) + c * 16, src + c * 16);
     }
     const int vpr = rpc * int(sizeof(AT)) / 16;
     for (int x = tid; x < n * vpr; x += nth) {
@@ -188,7 +185,7 @@ __global__ void __launch_bounds__(256, 2) gdn_verify_kernel(const GdnVerifyParam
     bv = ld_any(p.b, (t0 + lane) * p.b_tok + int64_t(hv) * p.b_head, p.b_dtype);
   }
   if (w < 0 || w > 31 || w + n > RL || origin < 0 || origin >= RL) {  // corrupt cursor: skip the row
-    cp_async_wait_all();  // nothing in flight into shared memory when the CTA retires
+    cp_async_wait_all();
     return;
   }
   const bool flush = w + 2 * P.window > P.history + P.window;
@@ -201,7 +198,7 @@ __global__ void __launch_bounds__(256, 2) gdn_verify_kernel(const GdnVerifyParam
     const int cpr = K * ksz / 16, dpr = rpc * dsz / 16;
     for (int x = tid; x < w * cpr; x += nth) {
       const int c = x / cpr, q = x % cpr;
-      stage16(s_kr + (c * K) * ksz + q * 16,
+      stage16(s_kr + (c * KP) * ksz + q * 16,
               static_cast<const char*>(kr) + int64_t((origin + c) & mask) * K * ksz + q * 16);
     }
     for (int x = tid; x < w * dpr; x += nth) {
@@ -241,15 +238,62 @@ __global__ void __launch_bounds__(256, 2) gdn_verify_kernel(const GdnVerifyParam
   cp_async_wait_all();
   __syncthreads();  // B1
 
-  // ---- the row: partial S q_s, S k_s over the lane's columns ----
   const float tot = s_tot;
   const bool kf32 = R.k_dtype == DType::f32, df32 = R.d_dtype == DType::f32;
-  auto dval = [&](int c) {  // d_c[i], c < w
-    return df32 ? reinterpret_cast<const float*>(s_d)[c * rpc + l] : Traits<AT>::to_f(reinterpret_cast<const AT*>(s_d)[c * rpc + l]);
+  const bool live = g < n;
+  const AT* wq = s_q + g * KP + colt;  // + m * CW
+  const AT* wk = s_k + g * KP + colt;
+  auto dval = [&](int c, int r) {  // d_c[CTA row r], c < w
+    return df32 ? reinterpret_cast<const float*>(s_d)[c * rpc + r]
+                : Traits<AT>::to_f(reinterpret_cast<const AT*>(s_d)[c * rpc + r]);
   };
-  float x[kT], y[kT];
+
+  // ---- prologue tiles: A rows ar = base + 8 tile + g (warp-uniform trip count) ----
   {
-    float st[kCols];
+    const int base = flush ? w : 0, nA = w + 2 * n - base, nT = (nA + kRW - 1) / kRW;
+    for (int tile = warp; tile < nT; tile += nw) {
+      const int ar = base + tile * kRW + g;
+      float d[4] = {0.f, 0.f, 0.f, 0.f};
+      auto run = [&](auto bp) {
+        constexpr int BP = decltype(bp)::value;
+#pragma unroll
+        for (int m = 0; m < NCH; ++m) {
+          float bvv[VEC];
+          const int col = m * CW + colt;
+          if (ar < w) {
+            if (kf32) lds_f<float, VEC>(reinterpret_cast<const float*>(s_kr) + ar * KP + col, bvv);
+            else lds_f<AT, VEC>(reinterpret_cast<const AT*>(s_kr) + ar * KP + col, bvv);
+          } else if (ar < w + 2 * n) {
+            lds_f<AT, VEC>((ar < w + n ? s_k + (ar - w) * KP : s_q + (ar - w - n) * KP) + col, bvv);
+          } else {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) bvv[e] = 0.f;
+          }
+          tile_chunk<AT, VEC, BP>(d, bvv, wq + m * CW, wk + m * CW, live);
+        }
+      };
+      if (kf32 || sizeof(AT) == 4) run(std::integral_constant<int, 2>{});
+      else run(std::integral_constant<int, 1>{});
+      if (live) {
+        const int r0 = base + tile * kRW + 2 * t, r1 = r0 + 1;
+        if (r0 < w + 2 * n) {
+          const float f = r0 < w ? s_om[r0] : 1.f;
+          s_Pq[r0][g] = d[0] * f;
+          s_Pk[r0][g] = d[2] * f;
+        }
+        if (r1 < w + 2 * n) {
+          const float f = r1 < w ? s_om[r1] : 1.f;
+          s_Pq[r1][g] = d[1] * f;
+          s_Pk[r1][g] = d[3] * f;
+        }
+      }
+    }
+  }
+
+  // ---- the state tile: D = [q; k] S_h^T over this warp's 8 rows ----
+  float dx0, dx1, dy0, dy1;
+  {
+    float st[NC];
 #pragma unroll
     for (int m = 0; m < NCH; ++m) {
       float f[VEC];
@@ -259,15 +303,19 @@ __global__ void __launch_bounds__(256, 2) gdn_verify_kernel(const GdnVerifyParam
     }
     if (flush) {
 #pragma unroll
-      for (int e = 0; e < kCols; ++e) st[e] *= tot;
+      for (int e = 0; e < NC; ++e) st[e] *= tot;
       auto fold = [&](auto tag) {
         using KT = decltype(tag);
         for (int c = 0; c < w; ++c) {
-          const float cf = s_om[c] * dval(c);
-          float kc[kCols];
-          ld_row<KT, VEC>(reinterpret_cast<const KT*>(s_kr) + c * K, lpr, li, kc);
+          const float cf = s_om[c] * dval(c, l);
+          const KT* kc = reinterpret_cast<const KT*>(s_kr) + c * KP + colt;
 #pragma unroll
-          for (int e = 0; e < kCols; ++e) st[e] = fmaf(cf, kc[e], st[e]);
+          for (int m = 0; m < NCH; ++m) {
+            float kv[VEC];
+            lds_f<KT, VEC>(kc + m * CW, kv);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) st[m * VEC + e] = fmaf(cf, kv[e], st[m * VEC + e]);
+          }
         }
       };
       if (kf32) fold(float{}); else fold(AT{});
@@ -277,50 +325,21 @@ __global__ void __launch_bounds__(256, 2) gdn_verify_kernel(const GdnVerifyParam
           float f[VEC];
 #pragma unroll
           for (int e = 0; e < VEC; ++e) f[e] = st[m * VEC + e];
-          VT::store(S + (m * lpr + li) * VEC, f);
+          VT::store(S + m * CW + colt, f);
 #pragma unroll
           for (int e = 0; e < VEC; ++e) st[m * VEC + e] = Traits<ST>::to_f(Traits<ST>::from_f(f[e]));
         }
       }
     }
-    row_dots<AT, VEC>(st, s_q, s_k, K, lpr, li, n, x, y);
-  }
-
-  // ---- prologue GEMM: A rows ar in [base, w + 2n), RW per warp pass (warp-uniform trip count) ----
-  {
-    const int base = flush ? w : 0, nA = w + 2 * n - base;
-    for (int rb = warp; rb * RW < nA; rb += nw) {
-      const int ar = base + rb * RW + lane % RW;
-      float a[kCols];
-      if (ar < w) {
-        if (kf32) ld_row<float, VEC>(reinterpret_cast<const float*>(s_kr) + ar * K, lpr, li, a);
-        else ld_row<AT, VEC>(reinterpret_cast<const AT*>(s_kr) + ar * K, lpr, li, a);
-      } else if (ar < w + 2 * n) {
-        ld_row<AT, VEC>(ar < w + n ? s_k + (ar - w) * K : s_q + (ar - w - n) * K, lpr, li, a);
-      } else {
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int e = 0; e < kCols; ++e) a[e] = 0.f;
-      }
-      for (int s = 0; s < n; ++s) {  // n is CTA-uniform: every lane runs the shuffles
-        float d[4] = {0.f, 0.f, 0.f, 0.f};  // even / odd chunks: 4 independent FMA chains
+    for (int m = 0; m < NCH; ++m) {
+      float bvv[VEC];
 #pragma unroll
-        for (int m = 0; m < NCH; ++m) {
-          float qv[VEC], kv[VEC];
-          lds_f<AT, VEC>(s_q + s * K + (m * lpr + li) * VEC, qv);
-          lds_f<AT, VEC>(s_k + s * K + (m * lpr + li) * VEC, kv);
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            d[2 * (m & 1)] = fmaf(a[m * VEC + e], qv[e], d[2 * (m & 1)]);
-            d[2 * (m & 1) + 1] = fmaf(a[m * VEC + e], kv[e], d[2 * (m & 1) + 1]);
-          }
-        }
-        const float xs = row_sum(d[0] + d[2], RW), ys = row_sum(d[1] + d[3], RW);
-        if (ar < w + 2 * n && li == 0) {
-          s_Pq[ar][s] = xs;
-          s_Pk[ar][s] = ys;
-        }
-      }
+      for (int e = 0; e < VEC; ++e) bvv[e] = st[m * VEC + e];
+      tile_chunk<AT, VEC, BPS>(d, bvv, wq + m * CW, wk + m * CW, live);
     }
+    dx0 = d[0]; dx1 = d[1]; dy0 = d[2]; dy1 = d[3];
   }
   __syncthreads();  // B2
 
@@ -342,38 +361,32 @@ __global__ void __launch_bounds__(256, 2) gdn_verify_kernel(const GdnVerifyParam
       }
     }
   }
-  // ---- ring term (spread over the row group, no shuffle inside), then the row sums ----
+  // ---- ring term on this lane's 4 D values (s = g, CTA rows lr0, lr0 + 1), then the transpose ----
+  const int lr0 = warp * kRW + 2 * t;
   if (!flush) {
-#pragma unroll
-    for (int s = 0; s < kT; ++s) {
-      x[s] *= tot;
-      y[s] *= tot;
-    }
-    for (int c = li; c < w; c += lpr) {
-      const float dd = s_om[c] * dval(c);
-#pragma unroll
-      for (int s = 0; s < kT; ++s)
-        if (s < n) {
-          x[s] = fmaf(s_Pq[c][s], dd, x[s]);
-          y[s] = fmaf(s_Pk[c][s], dd, y[s]);
-        }
+    dx0 *= tot; dx1 *= tot; dy0 *= tot; dy1 *= tot;
+    for (int c = 0; c < w; ++c) {
+      const float pq = s_Pq[c][g], pk = s_Pk[c][g];  // om_c included; junk for g >= n (unused)
+      const float d0 = dval(c, lr0), d1 = dval(c, lr0 + 1);
+      dx0 = fmaf(pq, d0, dx0);
+      dx1 = fmaf(pq, d1, dx1);
+      dy0 = fmaf(pk, d0, dy0);
+      dy1 = fmaf(pk, d1, dy1);
     }
   }
-#pragma unroll
-  for (int s = 0; s < kT; ++s)
-    if (s < n) {
-      x[s] = row_sum(x[s], RW);
-      y[s] = row_sum(y[s], RW);
-    }
+  s_hx[lr0][g] = dx0;
+  s_hx[lr0 + 1][g] = dx1;
+  s_hy[lr0][g] = dy0;
+  s_hy[lr0 + 1][g] = dy1;
   __syncthreads();  // B3
 
-  // ---- forward substitution over the window (every lane of the row group; stores spread) ----
+  // ---- forward substitution for CTA row l (the 4 lanes of the row redundant; stores a % 4 == t) ----
   float D[kT];
 #pragma unroll
   for (int a = 0; a < kT; ++a) {
     D[a] = 0.f;
     if (a < n) {
-      const float ea = s_ea[a], hk = y[a] * s_sk[a], hq = x[a] * s_sq[a];
+      const float ea = s_ea[a], hk = s_hy[l][a] * s_sk[a], hq = s_hx[l][a] * s_sq[a];
       const float va = Traits<AT>::to_f(s_v[a * rpc + l]);
       float da = s_beta[a] * (va - ea * hk);
 #pragma unroll
@@ -382,7 +395,7 @@ __global__ void __launch_bounds__(256, 2) gdn_verify_kernel(const GdnVerifyParam
       float oa = ea * hq;
 #pragma unroll
       for (int j = 0; j <= a; ++j) oa = fmaf(s_O[a][j], D[j], oa);
-      if ((a & (lpr - 1)) == li) {
+      if ((a & 3) == t) {
         st_any(p.out, int64_t(t0 + a) * p.out_tok + int64_t(hv) * p.out_head + i, p.out_dtype, oa);
         st_any(dr, int64_t((origin + w + a) & mask) * V + i, R.d_dtype, da);
       }
@@ -391,38 +404,24 @@ __global__ void __launch_bounds__(256, 2) gdn_verify_kernel(const GdnVerifyParam
   if (slice == 0 && hv % vpk == 0)  // the window's normalised k, once per k-head
     for (int idx = tid; idx < n * K; idx += nth) {
       const int a = idx / K, c = idx % K;
-      st_any(kr, int64_t((origin + w + a) & mask) * K + c, R.k_dtype, Traits<AT>::to_f(s_k[a * K + c]) * s_sk[a]);
+      st_any(kr, int64_t((origin + w + a) & mask) * K + c, R.k_dtype, Traits<AT>::to_f(s_k[a * KP + c]) * s_sk[a]);
     }
 }
 
-// Warps per CTA: 8 (fewer when rows per CTA would exceed V), halved while the grid has fewer than
-// 2 CTAs per SM. REPLAYSSM_GDN_CUDA_WARPS=1|2|4|8 forces a shape (the GPU tests cover each).
+// Warps per CTA: 8 (64 rows; V is 64 or 128), halved while the grid has fewer CTAs per SM than the
+// launch bound lets in (2 at K = 128, 3 at K = 64). REPLAYSSM_GDN_CUDA_WARPS=1|2|4|8 forces a shape
+// (8 rows per warp: 8, 16, 32, 64 rows per CTA).
 int verify_warps(int rows, int v_heads, int K, int V) {
-  const int rw = 32 / (K / kCols);
   const char* force = std::getenv("REPLAYSSM_GDN_CUDA_WARPS");
   const int f = force ? std::atoi(force) : 0;
-  if ((f == 1 || f == 2 || f == 4 || f == 8) && f * rw <= V) return f;
+  if ((f == 1 || f == 2 || f == 4 || f == 8) && f * kRW <= V && V % (f * kRW) == 0) return f;
   int w = 8;
-  while (w > 1 && w * rw > V) w >>= 1;
-  const long long target = (long long)sm_count() * 2;
-  while (w > 1 && (long long)rows * v_heads * (V / (w * rw)) < target) w >>= 1;
+  while (w > 1 && (w * kRW > V || V % (w * kRW) != 0)) w >>= 1;
+  const long long target = (long long)sm_count() * (K == 128 ? 2 : 3);
+  while (w > 1 && (long long)rows * v_heads * (V / (w * kRW)) < target) w >>= 1;
   return w;
 }
 
-}  // namespace
-
-void gdn_spec_verify_v3(const GdnVerifyParams& p, Stream stream);  // gdn_spec_verify_v3.cu
-
-namespace {
-// Which verify kernel: REPLAYSSM_GDN_VERIFY=v2|v3, read at every call (one process can A/B both);
-// unset or empty: v3 (tensor-core row dots, gdn_spec_verify_v3.cu).
-bool verify_use_v2() {
-  const char* e = std::getenv("REPLAYSSM_GDN_VERIFY");
-  if (e == nullptr || *e == '\0') return false;
-  if (std::string(e) == "v2") return true;
-  if (std::string(e) == "v3") return false;
-  throw Error("REPLAYSSM_GDN_VERIFY", std::string("expected v2 or v3, got '") + e + "'");
-}
 }  // namespace
 
 void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
@@ -432,24 +431,24 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
     throw Error("spec.window", "the CUDA kernels support windows 1.." + std::to_string(kTMax) + ", got " + std::to_string(p.window));
   if (p.ring.ring > 32)
     throw Error("spec", "the CUDA kernels support ring lengths up to 32 (history + window <= 32), got " + std::to_string(p.ring.ring));
-  if (!verify_use_v2()) {
-    gdn_spec_verify_v3(p, stream);
-    return;
-  }
   auto st = static_cast<cudaStream_t>(stream);
-  const int K = p.step.head_k_dim, V = p.step.head_v_dim, RL = p.ring.ring;
-  const int warps = verify_warps(p.step.rows, p.step.v_heads, K, V);
-  const int rpc = warps * 32 / (K / kCols);
+  const int V = p.step.head_v_dim, RL = p.ring.ring;
+  if (V % kRW != 0) throw Error("geo", "the CUDA verify needs head_v_dim a multiple of 8, got " + std::to_string(V));
+  const int warps = verify_warps(p.step.rows, p.step.v_heads, p.step.head_k_dim, V);
+  const int rpc = warps * kRW;
   const int slices = V / rpc;
-  with_float_type(p.step.state_dtype, "cache.checkpoint", [&](auto s) {
-    using ST = decltype(s);
-    with_float_type(p.step.act, "in.q", [&](auto a) {
-      using AT = decltype(a);
-      const size_t asz = sizeof(AT);
-      const size_t smem = 2 * size_t(kT) * K * asz + size_t(kT) * rpc * asz +
-                          size_t(std::max(RL - 1, 0)) * (K * esize(p.ring.k_dtype) + rpc * esize(p.ring.d_dtype));
-      gdn_verify_kernel<ST, AT><<<dim3(unsigned(p.step.v_heads * slices), unsigned(p.step.rows)),
-                                  dim3(unsigned(32 * warps)), smem, st>>>(p, slices);
+  with_head_k(p.step.head_k_dim, [&](auto kk) {
+    constexpr int K = decltype(kk)::value;
+    with_float_type(p.step.state_dtype, "cache.checkpoint", [&](auto s) {
+      using ST = decltype(s);
+      with_float_type(p.step.act, "in.q", [&](auto a) {
+        using AT = decltype(a);
+        const size_t asz = sizeof(AT), KP = K + 16;
+        const size_t smem = 2 * size_t(kT) * KP * asz + size_t(kT) * rpc * asz +
+                            size_t(std::max(RL - 1, 0)) * (KP * esize(p.ring.k_dtype) + rpc * esize(p.ring.d_dtype));
+        gdn_verify_kernel<ST, AT, K><<<dim3(unsigned(p.step.v_heads * slices), unsigned(p.step.rows)),
+                                          dim3(unsigned(32 * warps)), smem, st>>>(p, slices);
+      });
     });
   });
   check_launch("gdn_spec_verify");
