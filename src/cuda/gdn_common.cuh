@@ -164,20 +164,26 @@ __device__ __forceinline__ void prep_token(const GdnStepParams& p, int64_t tok, 
   }
 }
 
-// Warps per CTA of the quad-tile kernels: up to 4 (rows per CTA <= V), halved while the grid has
-// fewer than ~4 CTAs per SM (small batches: more, smaller CTAs). REPLAYSSM_GDN_CUDA_WARPS=1|2|4
-// forces a shape (the GPU tests cover every shape on small batches with it).
-template <class ST, int K>
-inline int quad_warps(int rows, int v_heads, int V) {
-  constexpr int rpw = 8 * QuadTile<ST, K>::RPT;
+// Warps per CTA of a GDN kernel that maps rpw state rows to a warp: the most (<= max_warps) whose rows fit in
+// V (and divide it, when `divides`), halved while the grid has fewer than min_ctas CTAs per SM (small
+// batches: more, smaller CTAs). REPLAYSSM_GDN_CUDA_WARPS (a power of two up to max_warps) forces a shape
+// that fits: the GPU tests cover every shape on small batches with it.
+inline int cta_warps(int rows, int v_heads, int V, int rpw, int max_warps, int min_ctas, bool divides = false) {
+  const auto fits = [&](int w) { return w * rpw <= V && (!divides || V % (w * rpw) == 0); };
   const char* force = std::getenv("REPLAYSSM_GDN_CUDA_WARPS");
   const int f = force ? std::atoi(force) : 0;
-  if ((f == 1 || f == 2 || f == 4) && f * rpw <= V) return f;
-  int w = 4;
-  while (w > 1 && w * rpw > V) w >>= 1;
-  const long long target = (long long)sm_count() * 4;
+  if (f >= 1 && f <= max_warps && (f & (f - 1)) == 0 && fits(f)) return f;
+  int w = max_warps;
+  while (w > 1 && !fits(w)) w >>= 1;
+  const long long target = (long long)sm_count() * min_ctas;
   while (w > 1 && (long long)rows * v_heads * (V / (w * rpw)) < target) w >>= 1;
   return w;
+}
+
+// The quad-tile kernels: up to 4 warps, ~4 CTAs per SM.
+template <class ST, int K>
+inline int quad_warps(int rows, int v_heads, int V) {
+  return cta_warps(rows, v_heads, V, 8 * QuadTile<ST, K>::RPT, 4, 4);
 }
 
 // ---- step kernels, second mapping: the wide tile (high occupancy, no CTA barrier for the token) ----
@@ -334,19 +340,10 @@ inline GdnTile gdn_tile(GdnTile unset) {
   throw Error("REPLAYSSM_GDN_TILE", std::string("expected quad or wide, got '") + e + "'");
 }
 
-// Warps per CTA of the wide-tile kernels: up to 4 (rows per CTA <= V), halved while the grid has
-// fewer than min_ctas CTAs per SM. REPLAYSSM_GDN_CUDA_WARPS=1|2|4 forces a shape, as for the quad tile.
+// The wide-tile kernels: up to 4 warps, min_ctas CTAs per SM.
 template <class ST, int K>
 inline int wide_warps(int rows, int v_heads, int V, int min_ctas) {
-  constexpr int rpw = WideTile<ST, K>::RPW;
-  const char* force = std::getenv("REPLAYSSM_GDN_CUDA_WARPS");
-  const int f = force ? std::atoi(force) : 0;
-  if ((f == 1 || f == 2 || f == 4) && f * rpw <= V) return f;
-  int w = 4;
-  while (w > 1 && w * rpw > V) w >>= 1;
-  const long long target = (long long)sm_count() * min_ctas;
-  while (w > 1 && (long long)rows * v_heads * (V / (w * rpw)) < target) w >>= 1;
-  return w;
+  return cta_warps(rows, v_heads, V, WideTile<ST, K>::RPW, 4, min_ctas);
 }
 
 template <class F>

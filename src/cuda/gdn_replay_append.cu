@@ -226,19 +226,10 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
   }
 }
 
-// Warps per CTA: up to 4 (rows per CTA <= V), halved while the grid has fewer than kAppendMinCtas CTAs
-// per SM (small batches: more, smaller CTAs). REPLAYSSM_GDN_CUDA_WARPS=1|2|4 forces a shape.
+// Warps per CTA: up to 4, kAppendMinCtas CTAs per SM (gdn_common.cuh's cta_warps).
 template <class ST, int K>
 int append_warps(int rows, int v_heads, int V) {
-  constexpr int rpw = AppendTile<ST, K>::RPW;
-  const char* force = std::getenv("REPLAYSSM_GDN_CUDA_WARPS");
-  const int f = force ? std::atoi(force) : 0;
-  if ((f == 1 || f == 2 || f == 4) && f * rpw <= V) return f;
-  int w = 4;
-  while (w > 1 && w * rpw > V) w >>= 1;
-  const long long target = (long long)sm_count() * kAppendMinCtas;
-  while (w > 1 && (long long)rows * v_heads * (V / (w * rpw)) < target) w >>= 1;
-  return w;
+  return cta_warps(rows, v_heads, V, AppendTile<ST, K>::RPW, 4, kAppendMinCtas);
 }
 
 }  // namespace

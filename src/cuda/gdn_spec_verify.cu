@@ -408,18 +408,11 @@ __global__ void __launch_bounds__(256, K == 128 ? 2 : 3) gdn_verify_kernel(const
     }
 }
 
-// Warps per CTA: 8 (64 rows; V is 64 or 128), halved while the grid has fewer CTAs per SM than the
-// launch bound lets in (2 at K = 128, 3 at K = 64). REPLAYSSM_GDN_CUDA_WARPS=1|2|4|8 forces a shape
-// (8 rows per warp: 8, 16, 32, 64 rows per CTA).
+// Warps per CTA: 8 (64 rows; V is 64 or 128), a CTA's rows dividing V, halved while the grid has fewer CTAs
+// per SM than the launch bound lets in (2 at K = 128, 3 at K = 64); 8 rows per warp: 8, 16, 32, 64 rows per
+// CTA (gdn_common.cuh's cta_warps; REPLAYSSM_GDN_CUDA_WARPS=1|2|4|8 forces a shape).
 int verify_warps(int rows, int v_heads, int K, int V) {
-  const char* force = std::getenv("REPLAYSSM_GDN_CUDA_WARPS");
-  const int f = force ? std::atoi(force) : 0;
-  if ((f == 1 || f == 2 || f == 4 || f == 8) && f * kRW <= V && V % (f * kRW) == 0) return f;
-  int w = 8;
-  while (w > 1 && (w * kRW > V || V % (w * kRW) != 0)) w >>= 1;
-  const long long target = (long long)sm_count() * (K == 128 ? 2 : 3);
-  while (w > 1 && (long long)rows * v_heads * (V / (w * kRW)) < target) w >>= 1;
-  return w;
+  return cta_warps(rows, v_heads, V, kRW, 8, K == 128 ? 2 : 3, /*divides=*/true);
 }
 
 }  // namespace
