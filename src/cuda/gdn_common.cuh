@@ -99,6 +99,31 @@ __device__ __forceinline__ void lds_vec(const float* p, float (&v)[VEC]) {
   }
 }
 
+// The thread's partial dots of its RPT state rows (raw 16-byte chunks, in the tile TL's column layout) with
+// q and k in shared memory: sq[r] += S_r . q, sk[r] += S_r . k over the lane's columns, fp32 FMA in column
+// order. The step kernels of every mapping share it; the row reduction over the group's lanes is theirs.
+template <class TL, class ST>
+__device__ __forceinline__ void state_row_dots(const uint4 (&raw)[TL::RPT][TL::NCH], const float* q, const float* k,
+                                               int t, float (&sq)[TL::RPT], float (&sk)[TL::RPT]) {
+  constexpr int VEC = TL::VEC;
+#pragma unroll
+  for (int m = 0; m < TL::NCH; ++m) {
+    float qv[VEC], kv[VEC];
+    lds_vec(&q[TL::col(m, t)], qv);
+    lds_vec(&k[TL::col(m, t)], kv);
+#pragma unroll
+    for (int r = 0; r < TL::RPT; ++r) {
+      float s[VEC];
+      Vec16<ST>::unpack(raw[r][m], s);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        sq[r] = fmaf(s[e], qv[e], sq[r]);
+        sk[r] = fmaf(s[e], kv[e], sk[r]);
+      }
+    }
+  }
+}
+
 // Second pass over packed 16-bit state: `zero` is a kernel argument that is 0 at run time but
 // unknown to ptxas, so the re-unpacked values cannot be CSE'd with the first pass's (which would
 // keep all RPT x COLS fp32 values alive: 240 registers instead of 128). An empty asm does not do

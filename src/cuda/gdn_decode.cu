@@ -47,22 +47,7 @@ __global__ void __launch_bounds__(128, 4) gdn_decode_kernel(const GdnStepParams 
   __syncthreads();
 
   float sk[RPT] = {}, sq[RPT] = {};
-#pragma unroll
-  for (int m = 0; m < NCH; ++m) {
-    float qv[VEC], kv[VEC];
-    lds_vec(&ts.q[TL::col(m, t)], qv);
-    lds_vec(&ts.k[TL::col(m, t)], kv);
-#pragma unroll
-    for (int r = 0; r < RPT; ++r) {
-      float s[VEC];
-      VT::unpack(raw[r][m], s);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        sk[r] = fmaf(s[e], kv[e], sk[r]);
-        sq[r] = fmaf(s[e], qv[e], sq[r]);
-      }
-    }
-  }
+  state_row_dots<TL, ST>(raw, ts.q, ts.k, t, sq, sk);
   const float alpha = ts.alpha, beta = ts.beta, kq = ts.kq;
   float d[RPT];
 #pragma unroll
@@ -129,22 +114,7 @@ __global__ void __launch_bounds__(128, kWideMinCtas<ST>) gdn_decode_wide_kernel(
   token_to_smem<K>(tk, s_q, s_k);
 
   float sk[RPT] = {}, sq[RPT] = {};
-#pragma unroll
-  for (int m = 0; m < NCH; ++m) {
-    float qv[VEC], kv[VEC];
-    lds_vec(&s_q[TL::col(m, t)], qv);
-    lds_vec(&s_k[TL::col(m, t)], kv);
-#pragma unroll
-    for (int r = 0; r < RPT; ++r) {
-      float s[VEC];
-      VT::unpack(raw[r][m], s);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        sk[r] = fmaf(s[e], kv[e], sk[r]);
-        sq[r] = fmaf(s[e], qv[e], sq[r]);
-      }
-    }
-  }
+  state_row_dots<TL, ST>(raw, s_q, s_k, t, sq, sk);
   const float alpha = tk.alpha, beta = tk.beta, kq = tk.kq;
   float d[RPT];
 #pragma unroll

@@ -86,7 +86,7 @@ template <class ST, int K>
 __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(const GdnReplayParams P, const int slices) {
   using VT = Vec16<ST>;
   using TL = AppendTile<ST, K>;
-  constexpr int VEC = TL::VEC, NCH = TL::NCH, RPT = TL::RPT, LPR = TL::LPR, GPW = TL::GPW, E = K / 32;
+  constexpr int NCH = TL::NCH, RPT = TL::RPT, LPR = TL::LPR, GPW = TL::GPW, E = K / 32;
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;
   __shared__ __align__(16) float s_tok[4][2][K];  // per warp: q (normalised, scaled), k (normalised)
@@ -183,22 +183,7 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
   __syncwarp();
 
   float sq[RPT] = {}, sk[RPT] = {};
-#pragma unroll
-  for (int m = 0; m < NCH; ++m) {
-    float qv[VEC], kv[VEC];
-    lds_vec(&s_q[TL::col(m, t)], qv);
-    lds_vec(&s_k[TL::col(m, t)], kv);
-#pragma unroll
-    for (int r = 0; r < RPT; ++r) {
-      float s[VEC];
-      VT::unpack(raw[r][m], s);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        sq[r] = fmaf(s[e], qv[e], sq[r]);
-        sk[r] = fmaf(s[e], kv[e], sk[r]);
-      }
-    }
-  }
+  state_row_dots<TL, ST>(raw, s_q, s_k, t, sq, sk);
 #pragma unroll
   for (int r = 0; r < RPT; ++r) {
     sq[r] *= tot;

@@ -135,22 +135,7 @@ __device__ __forceinline__ void replay_quad_row(const GdnReplayParams P, const i
     }
     __syncthreads();  // CTA-uniform branch
     float sq[RPT] = {}, sk[RPT] = {};
-#pragma unroll
-    for (int m = 0; m < NCH; ++m) {
-      float qv[VEC], kv[VEC];
-      lds_vec(&ts.q[TL::col(m, t)], qv);
-      lds_vec(&ts.k[TL::col(m, t)], kv);
-#pragma unroll
-      for (int r = 0; r < RPT; ++r) {
-        float s[VEC];
-        VT::unpack(raw[r][m], s);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          sq[r] = fmaf(s[e], qv[e], sq[r]);
-          sk[r] = fmaf(s[e], kv[e], sk[r]);
-        }
-      }
-    }
+    state_row_dots<TL, ST>(raw, ts.q, ts.k, t, sq, sk);
 #pragma unroll
     for (int r = 0; r < RPT; ++r) {
       sq[r] *= tot;
@@ -437,22 +422,7 @@ __global__ void __launch_bounds__(128, kWideReplayMinCtas<ST>) gdn_replay_wide_k
     }
     __syncthreads();
     float sq[RPT] = {}, sk[RPT] = {};
-#pragma unroll
-    for (int m = 0; m < NCH; ++m) {
-      float qv[VEC], kv[VEC];
-      lds_vec(&s_q[TL::col(m, t)], qv);
-      lds_vec(&s_k[TL::col(m, t)], kv);
-#pragma unroll
-      for (int r = 0; r < RPT; ++r) {
-        float s[VEC];
-        VT::unpack(raw[r][m], s);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          sq[r] = fmaf(s[e], qv[e], sq[r]);
-          sk[r] = fmaf(s[e], kv[e], sk[r]);
-        }
-      }
-    }
+    state_row_dots<TL, ST>(raw, s_q, s_k, t, sq, sk);
 #pragma unroll
     for (int r = 0; r < RPT; ++r) {
       sq[r] *= tot;
