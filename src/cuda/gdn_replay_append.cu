@@ -140,12 +140,7 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
   float* s_k = s_tok[warp][1];
   token_to_smem<K>(tk, s_q, s_k);
   // decay weights, every warp for itself: om_j = exp(G - G_j) in lane j, tot = exp(G)
-  float c = gj;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const float u = __shfl_up_sync(0xffffffffu, c, o);
-    if (lane >= o) c += u;
-  }
+  const float c = warp_inclusive_sum(gj, lane);
   const float G = __shfl_sync(0xffffffffu, c, 31);
   const float om = lane < w ? expf(G - c) : 0.f, tot = expf(G);
   if (warp == 0 && slice == 0) {  // append this token's k (per k-head: its first v-head) and g

@@ -82,12 +82,7 @@ __device__ __forceinline__ void replay_quad_row(const GdnReplayParams P, const i
     const float gj = lane < w ? gr[lane] : 0.f;
     float kn[K / 32];
     prep_token<K>(p, row, h, hv, ts, kn);
-    float c = gj;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const float u = __shfl_up_sync(0xffffffffu, c, o);
-      if (lane >= o) c += u;
-    }
+    const float c = warp_inclusive_sum(gj, lane);
     const float G = __shfl_sync(0xffffffffu, c, 31);
     s_om[lane] = lane < w ? expf(G - c) : 0.f;
     if (lane == 0) s_tot = expf(G);
@@ -373,12 +368,7 @@ __global__ void __launch_bounds__(128, kWideReplayMinCtas<ST>) gdn_replay_wide_k
     for (int x = int(threadIdx.x); x < w * (rpc / 4); x += int(blockDim.x))
       reinterpret_cast<float4*>(s_d)[x] = cvt4_16(s_draw[x], R.d_dtype);
   if (warp == 0) {  // decay weights om_j = exp(G - G_j), tot = exp(G) (warp-uniform branch)
-    float c = gj;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const float u = __shfl_up_sync(0xffffffffu, c, o);
-      if (lane >= o) c += u;
-    }
+    const float c = warp_inclusive_sum(gj, lane);
     const float G = __shfl_sync(0xffffffffu, c, 31);
     s_om[lane] = lane < w ? expf(G - c) : 0.f;
     if (lane == 0) s_tot = expf(G);

@@ -214,12 +214,7 @@ __global__ void __launch_bounds__(256, K == 128 ? 2 : 3) gdn_verify_kernel(const
       ga = -expf(A_log) * softplus20(av + dtb);
       ba = 1.f / (1.f + expf(-bv));  // not rounded to b's dtype
     }
-    float c = gj;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const float u = __shfl_up_sync(0xffffffffu, c, o);
-      if (lane >= o) c += u;
-    }
+    const float c = warp_inclusive_sum(gj, lane);
     const float G = __shfl_sync(0xffffffffu, c, 31);
     s_om[lane] = lane < w ? expf(G - c) : 0.f;
     if (lane == 0) s_tot = expf(G);

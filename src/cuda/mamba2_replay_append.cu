@@ -175,12 +175,7 @@ replay_append_kernel(const Mamba2ReplayParams rp, const int chunks, const bool r
   // 4. warp 0: the decay weights, the fused kernel's scan op for op (warp-uniform branch, 32 lanes).
   if (warp == 0) {
     float d = lane < w ? dr : (lane == w ? delta : 0.f);
-    float c = d;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const float u = __shfl_up_sync(0xffffffffu, c, o);
-      if (lane >= o) c += u;
-    }
+    const float c = warp_inclusive_sum(d, lane);
     const float cw = __shfl_sync(0xffffffffu, c, w);
     s_scale[lane] = lane <= w ? d * expf(fminf(A * (cw - c), 0.f)) : 0.f;
     if (lane == 0) s_decay = expf(fminf(A * cw, 0.f));

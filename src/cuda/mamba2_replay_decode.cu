@@ -152,12 +152,7 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
 
   if (warp == 0) {
     float d = lane < w ? dtr[lane] : (lane == w ? delta : 0.f);
-    float c = d;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const float u = __shfl_up_sync(0xffffffffu, c, o);
-      if (lane >= o) c += u;
-    }
+    const float c = warp_inclusive_sum(d, lane);
     const float cw = __shfl_sync(0xffffffffu, c, w);
     s_scale[lane] = lane <= w ? d * expf(fminf(A * (cw - c), 0.f)) : 0.f;
     if (lane == 0) s_decay = expf(fminf(A * cw, 0.f));
