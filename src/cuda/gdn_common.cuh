@@ -1,8 +1,10 @@
 // Shared device pieces of the Gated DeltaNet CUDA kernels (issue 6).
 // State layout per (slot, v-head): [V][K], K contiguous. Only the state dtype (and K) are template
 // parameters; activations, rings, a/b, out go through their run-time dtype (small vectors).
-// Step kernels (classic, replay) have two mappings, QuadTile and WideTile, chosen per launch by
-// REPLAYSSM_GDN_TILE=quad|wide (gdn_tile(); default: wide classic, quad replay), CTA shape forced by REPLAYSSM_GDN_CUDA_WARPS.
+// Step kernels have two mappings, QuadTile (the ReplaySSM step kernels, the classic step by choice) and
+// WideTile (the classic step's default; the split append kernel's AppendTile is its relative); the classic
+// step's is chosen per launch by REPLAYSSM_GDN_TILE=quad|wide (gdn_tile()), CTA shape forced by
+// REPLAYSSM_GDN_CUDA_WARPS.
 // Rule for every kernel here: a full-mask shuffle is only ever executed by all 32 lanes (never in a
 // loop whose trip count differs between lanes of a warp: that deadlocks with a barrier, issue 6).
 #pragma once
@@ -352,10 +354,10 @@ __device__ __forceinline__ void token_to_smem(const WarpToken<K>& t, float* sq, 
   __syncwarp();
 }
 
-// Which mapping the classic and ReplaySSM step kernels use: REPLAYSSM_GDN_TILE=quad|wide, read at
-// every launch (one benchmark process can A/B both). Unset: the measured winner of each kernel (H200,
-// docs/results.md run K, batch >= 64): wide for the classic step (88-93 % of copy; quad 63-66 %), quad
-// for the ReplaySSM step (append 46-50 % vs 39-41 %, flush 57-63 % vs 54-57 %).
+// Which mapping the classic step kernel uses: REPLAYSSM_GDN_TILE=quad|wide, read at every launch (one
+// benchmark process can A/B both). Unset: the measured winner (H200, run K, batch >= 64; re-measured in
+// docs/results.md 2026-12-03): wide (88-93 % of copy; quad 63-66 %). The fused ReplaySSM step kernel
+// runs the quad tile only (a wide one measured 39-41 % against 46-50 % and was removed).
 enum class GdnTile { quad, wide };
 inline GdnTile gdn_tile(GdnTile unset) {
   const char* e = std::getenv("REPLAYSSM_GDN_TILE");

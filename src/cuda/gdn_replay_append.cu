@@ -65,8 +65,8 @@ __device__ __forceinline__ float lds_ring(const void* s, int i, DType t) {
 }
 
 // x[u] (u < 8) summed over the warp; afterwards x[0] of lane l holds the sum of value l >> 2. Pairs are
-// added along group_sum(v, 32)'s tree (xor 16, 8, 4, 2, 1): each sum is bitwise that group_sum (the
-// fused wide kernel's reduce_scatter8). All 32 lanes, warp-uniform.
+// added along group_sum(v, 32)'s tree (xor 16, 8, 4, 2, 1): each sum is bitwise that group_sum.
+// 9 shuffles for 8 sums (group_sum: 40). All 32 lanes, warp-uniform.
 __device__ __forceinline__ void reduce_scatter8(float (&x)[8]) {
   const int lane = threadIdx.x & 31;
 #pragma unroll

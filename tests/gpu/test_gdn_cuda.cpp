@@ -340,19 +340,16 @@ struct ForceFlushRows : ScopedEnv {
 };
 
 // Every CTA shape (1, 2, 4 warps: more loaders, the k-ring dots split over warps, larger V-slices), which
-// small test batches would never select by themselves, of the fused kernels under both mappings (quad and
-// wide tile) and of the split path (append kernel + quad flush kernel); f32 and bf16 rings (the wide
-// kernel stages 16-bit rings through a raw cp.async area, the append kernel keeps them 16-bit).
+// small test batches would never select by themselves, of the fused quad kernel and of the split path
+// (append kernel + quad flush kernel); f32 and bf16 rings (the append kernel keeps 16-bit rings 16-bit).
 TEST(CudaGdnReplay, CtaShapes) {
   NEED_GPU();
-  const char* const kModes[3] = {"fused quad", "fused wide", "split"};
-  for (const char* mode : kModes)
+  for (const char* mode : {"fused", "split"})
     for (int warps : {1, 2, 4})
       for (DType sd : {DType::f32, DType::bf16})
         for (int K : {128, 64}) {
           const std::string m(mode);
-          ForceAppend fa(m == "split" ? "split" : "fused");
-          ForceTile ft(m == "fused wide" ? "wide" : "quad");
+          ForceAppend fa(mode);
           ForceWarps fw(warps);
           Cfg c;
           c.sd = sd; c.ad = DType::bf16; c.rd = K == 64 ? DType::bf16 : DType::f32; c.L = 8; c.steps = 19;
