@@ -582,6 +582,18 @@ struct SpecCase {
   double out_tol, state_tol;  // vs the float64 truth (tests/cpu/test_gdn_spec.cpp values, x2)
 };
 
+// A speculative stream within the case's bounds: outputs, checkpoint and rings against the float64 truth
+// and the CPU backend, cursors equal, at least one flush.
+void expect_spec_stream_ok(const Stats& s, const SpecCase& sc) {
+    EXPECT_LE(s.out_ref, sc.out_tol);
+    EXPECT_LE(s.ck_ref, sc.state_tol);
+    EXPECT_LE(s.out_cpu, sc.out_tol);
+    EXPECT_LE(s.ck_cpu, sc.state_tol);
+    EXPECT_LE(s.rings_cpu, sc.out_tol);
+    EXPECT_TRUE(s.cursors_eq);
+    EXPECT_GT(s.flushes, 0);
+}
+
 TEST(CudaGdnSpec, StreamsRandomAcceptance) {
   NEED_GPU();
   const SpecCase cases[] = {{DType::f32, DType::f32, DType::f32, 16, 4, 520, 4e-5, 4e-5},
@@ -598,13 +610,7 @@ TEST(CudaGdnSpec, StreamsRandomAcceptance) {
     std::printf("  [spec %s/%s ring %s B=%d T=%d steps %d] out %.2e (cpu %.2e, tol %.1e) ckpt %.2e (cpu %.2e) rings %.2e flushes %d\n",
                 dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(), sc.history, sc.window, sc.steps, s.out_ref, s.out_cpu,
                 sc.out_tol, s.ck_ref, s.ck_cpu, s.rings_cpu, s.flushes);
-    EXPECT_LE(s.out_ref, sc.out_tol);
-    EXPECT_LE(s.ck_ref, sc.state_tol);
-    EXPECT_LE(s.out_cpu, sc.out_tol);
-    EXPECT_LE(s.ck_cpu, sc.state_tol);
-    EXPECT_LE(s.rings_cpu, sc.out_tol);
-    EXPECT_TRUE(s.cursors_eq);
-    EXPECT_GT(s.flushes, 0);
+    expect_spec_stream_ok(s, sc);
   }
 }
 
@@ -642,13 +648,7 @@ TEST(CudaGdnSpec, CtaShapes) {
                     geo.to_string().c_str(), dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(), sc.history, sc.window,
                     s.out_ref, s.out_cpu, s.ck_ref, s.rings_cpu, s.flushes);
         SCOPED_TRACE("warps " + std::to_string(warps) + " " + geo.to_string());
-        EXPECT_LE(s.out_ref, sc.out_tol);
-        EXPECT_LE(s.ck_ref, sc.state_tol);
-        EXPECT_LE(s.out_cpu, sc.out_tol);
-        EXPECT_LE(s.ck_cpu, sc.state_tol);
-        EXPECT_LE(s.rings_cpu, sc.out_tol);
-        EXPECT_TRUE(s.cursors_eq);
-        EXPECT_GT(s.flushes, 0);
+        expect_spec_stream_ok(s, sc);
       }
 }
 
