@@ -359,9 +359,9 @@ __device__ __forceinline__ void token_to_smem(const WarpToken<K>& t, float* sq, 
 // docs/results.md 2026-12-03): wide (88-93 % of copy; quad 63-66 %). The fused ReplaySSM step kernel
 // runs the quad tile only (a wide one measured 39-41 % against 46-50 % and was removed).
 enum class GdnTile { quad, wide };
-inline GdnTile gdn_tile(GdnTile unset) {
+inline GdnTile gdn_tile() {
   const char* e = std::getenv("REPLAYSSM_GDN_TILE");
-  if (e == nullptr || *e == '\0') return unset;
+  if (e == nullptr || *e == '\0') return GdnTile::wide;
   if (std::string(e) == "wide") return GdnTile::wide;
   if (std::string(e) == "quad") return GdnTile::quad;
   throw Error("REPLAYSSM_GDN_TILE", std::string("expected quad or wide, got '") + e + "'");

@@ -153,7 +153,7 @@ void gdn_decode(const GdnStepParams& p, Stream stream) {
   if (p.rows <= 0) return;
   if (p.rows > 65535) throw Error("slot_idx", "the CUDA kernels take at most 65535 rows per launch");
   auto st = static_cast<cudaStream_t>(stream);
-  const GdnTile tile = gdn_tile(GdnTile::wide);
+  const GdnTile tile = gdn_tile();
   with_float_type(p.state_dtype, "state", [&](auto s) {
     using ST = decltype(s);
     with_head_k(p.head_k_dim, [&](auto kc) {
