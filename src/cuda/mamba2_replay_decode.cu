@@ -67,8 +67,7 @@ template <class AT, int N, int KT> struct ReplaySmem {
 
 template <class ST, class AT, int N, int KT>
 __global__ void __launch_bounds__(256, KT == 1 ? kMinCtas<ST> : 2)  // L > 16 needs the registers
-replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const int chunks, const bool ring_vec16,
-                     const bool flush_only) {
+replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const int chunks, const bool ring_vec16) {
   using V = Vec16<ST>;
   using SM = ReplaySmem<AT, N, KT>;
   constexpr int VEC = V::kN;
@@ -100,9 +99,6 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
   const int slot = p.slot_idx[row];
   if (slot < 0 || slot >= p.slots) return;  // padding row: nothing read or written
   const int w = rg.cursor[int64_t(slot) * rg.cursor_slot];
-  // Split mode: rows with w != L-1 are mamba2_replay_append's. Waiting for the cursor here, before any
-  // checkpoint load, keeps their checkpoints from being read twice (CTA-uniform return, before any barrier).
-  if (flush_only && w != L - 1) return;
 
   // 1. the checkpoint stream first: every 16-byte load of this lane in flight before anything waits.
   ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + int64_t(h) * P * N;
@@ -310,7 +306,7 @@ bool aligned16(const void* ptr, int64_t elems, size_t esize) {
 }
 
 template <class ST, class AT, int N, int KT>
-void launch(const Mamba2ReplayParams& p, cudaStream_t st, bool flush_only) {
+void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
   using SM = ReplaySmem<AT, N, KT>;
   const PSplit sp = choose_psplit(p.step.rows, p.step.heads, p.step.headdim);
   const dim3 grid(unsigned(p.step.heads * sp.chunks), unsigned(p.step.rows));
@@ -323,26 +319,23 @@ void launch(const Mamba2ReplayParams& p, cudaStream_t st, bool flush_only) {
   const size_t es = sizeof(AT);
   const bool vec16 = aligned16(p.ring.x_ring, p.ring.xr_slot, es) && aligned16(p.ring.B_ring, p.ring.Br_slot, es) &&
                      (int64_t(p.step.headdim) * int64_t(es)) % 16 == 0;
-  kernel<<<grid, block, smem, st>>>(p, sp.tiles_per_cta, sp.chunks, vec16, flush_only);
+  kernel<<<grid, block, smem, st>>>(p, sp.tiles_per_cta, sp.chunks, vec16);
 }
 
-// REPLAYSSM_M2_APPEND_TILE, read per call (set it before a graph is captured): fused (unset / empty, the
-// default) = this kernel for every row; split = mamba2_replay_append for the append rows + this kernel for the
-// flush rows (output_only, L > 1). Measured on the H200 (docs/results.md, 2026-12-03): split's append step
-// ran at 53-54 % of copy against fused's 73-76 % (Super / Nano, fp32 state, batch >= 64), amortised 0.99-1.03x
-// the classic step against 0.70-0.76x, so fused is the default and split stays as an opt-in for A/B work.
-// Any other value throws, so an A/B run cannot measure the wrong kernel.
-bool append_split() {
-  const char* v = std::getenv("REPLAYSSM_M2_APPEND_TILE");
-  if (v == nullptr || *v == 0 || std::strcmp(v, "fused") == 0) return false;
-  if (std::strcmp(v, "split") == 0) return true;
-  throw Error("REPLAYSSM_M2_APPEND_TILE", std::string("expected fused or split, got '") + v + "'");
+// REPLAYSSM_M2_REPLAY_PATH, read per call (set it before a graph is captured): unset / empty = the two-launch
+// path of mamba2_replay_stream.cu whenever the caller passed a workspace, this kernel otherwise; "fused" = this
+// kernel always (for A/B runs). Any other value throws, so an A/B run cannot measure the wrong kernel.
+bool force_fused() {
+  const char* v = std::getenv("REPLAYSSM_M2_REPLAY_PATH");
+  if (v == nullptr || *v == 0 || std::strcmp(v, "stream") == 0) return false;
+  if (std::strcmp(v, "fused") == 0) return true;
+  throw Error("REPLAYSSM_M2_REPLAY_PATH", std::string("expected fused or stream, got '") + v + "'");
 }
 
 }  // namespace
 
-// mamba2_replay_append.cu: the high-occupancy output-only append kernel (rows with 0 <= w < L-1).
-void mamba2_replay_append(const Mamba2ReplayParams& p, Stream stream);
+// mamba2_replay_stream.cu: the two-launch path (needs p.workspace); false when it does not apply.
+bool mamba2_replay_stream(const Mamba2ReplayParams& p, Stream stream);
 
 void mamba2_replay_decode(const Mamba2ReplayParams& p, Stream stream) {
   if (p.step.rows <= 0) return;
@@ -351,17 +344,15 @@ void mamba2_replay_decode(const Mamba2ReplayParams& p, Stream stream) {
   if (L < 1 || L > 32) throw Error("cache.x_ring", "the CUDA kernels support ring lengths 1..32, got " + std::to_string(L));
   check_state_alignment(p.step.state, p.step.state_slot, p.step.state_dtype, "cache.checkpoint");
   auto st = static_cast<cudaStream_t>(stream);
-  // Two launches, both decided per row on the device (graph-capturable): each returns for the other's rows.
-  const bool split = p.output_only && L > 1 && append_split();
-  if (split) mamba2_replay_append(p, stream);
+  if (p.workspace != nullptr && !force_fused() && mamba2_replay_stream(p, stream)) return;
   with_float_type(p.step.state_dtype, "cache.checkpoint", [&](auto s) {
     using ST = decltype(s);
     with_float_type(p.step.act, "x", [&](auto a) {
       using AT = decltype(a);
       with_dstate(p.step.dstate, [&](auto n) {
         constexpr int N = decltype(n)::value;
-        if (L <= 16) launch<ST, AT, N, 1>(p, st, split);
-        else launch<ST, AT, N, 2>(p, st, split);
+        if (L <= 16) launch<ST, AT, N, 1>(p, st);
+        else launch<ST, AT, N, 2>(p, st);
       });
     });
   });

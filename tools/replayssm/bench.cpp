@@ -34,7 +34,8 @@ nlohmann::json timing_json(const bench::Timing& t, double copy, double classic_u
 
 void print_and_save(const bench::Report& rep, const std::string& json_path) {
   const double cp = rep.copy_tbps;
-  std::printf("\nreplayssm bench on %s; device-to-device copy %.2f TB/s (read + write)\n", rep.device.c_str(), cp);
+  std::printf("\nreplayssm bench on %s; device-to-device copy %.2f TB/s (read + write); read-only stream %.2f TB/s\n",
+              rep.device.c_str(), cp, rep.read_tbps);
   std::printf("times: median us per step; TB/s by the kernels' own byte count; %%copy = fraction of copy bandwidth; "
               "x = time / classic time\n");
   std::printf("amort = one layer, cursors advanced after it; model = per layer of `lay` layers sharing one cursor\n"
@@ -58,6 +59,7 @@ void print_and_save(const bench::Report& rep, const std::string& json_path) {
   nlohmann::json j;
   j["device"] = rep.device;
   j["copy_tbps"] = cp;
+  j["read_tbps"] = rep.read_tbps;
   j["results"] = nlohmann::json::array();
   for (const auto& r : rep.results) {
     const double c = r.classic.us;

@@ -42,6 +42,7 @@ struct Result {
 struct Report {
   std::string device;
   double copy_tbps = 0;  // device-to-device copy, bytes read + written
+  double read_tbps = 0;  // a read-only stream (context for the output-only steps; ratios stay against copy)
   std::vector<Result> results;
 };
 
