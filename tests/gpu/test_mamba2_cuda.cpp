@@ -132,30 +132,26 @@ TEST(CudaMamba2Replay, AllDtypePairsBothRoutes) {
       }
 }
 
-// The output-only append tiles (REPLAYSSM_M2_APPEND_TILE=fused, the default: one launch; split (opt-in):
-// mamba2_replay_append.cu for w < L-1 + the fused kernel in flush-only mode). Every dtype pair on Super, Nano
-// (headdim 80: whole warps past P in the last CTA) and an odd geometry (headdim 37, dstate 64: unaligned ring
-// rows, element staging, 1-warp CTAs, rows past P) with padding rows; random start cursors and 2 L + 2 steps,
-// so every slot runs every fill level and >= 2 flushes. The odd geometry varies gate / bias / D / fp32 dt.
+// Every fill level on production geometries: every dtype pair on Super, Nano (headdim 80: whole warps past P in
+// the last CTA) and an odd geometry (headdim 37, dstate 64: unaligned ring rows, element staging, 1-warp CTAs,
+// rows past P) with padding rows; random start cursors and 2 L + 2 steps, so every slot runs every fill level
+// and >= 2 flushes. The odd geometry varies gate / bias / D / fp32 dt.
 TEST(CudaMamba2Replay, AppendTiles) {
   NEED_GPU();
-  for (const char* tile : {"fused", "split"}) {
-    const ScopedEnv force("REPLAYSSM_M2_APPEND_TILE", tile);
-    for (const Mamba2Geometry g : {Mamba2Geometry{128, 64, 128, 8}, Mamba2Geometry{96, 80, 128, 8},
-                                   Mamba2Geometry{6, 37, 64, 3}})
-      for (DType sd : kF)
-        for (DType ad : kF) {
-          WorldConfig c;
-          c.geo = g; c.sd = sd; c.ad = ad; c.L = 16; c.rows = 5; c.pad_rows = 2;
-          c.seed = 160 + int(sd) * 3 + int(ad) + g.headdim;
-          if (g.headdim == 37) {
-            const int v = int(sd) * 3 + int(ad);
-            c.gate = v % 2 == 0; c.bias = v % 3 != 1; c.skip = v % 4 != 2; c.dt_f32 = v % 2 == 1;
-          }
-          SCOPED_TRACE(std::string(tile) + " " + g.to_string() + " " + dn(sd) + "/" + dn(ad));
-          run_case(c, 2 * c.L + 2, false);
+  for (const Mamba2Geometry g : {Mamba2Geometry{128, 64, 128, 8}, Mamba2Geometry{96, 80, 128, 8},
+                                 Mamba2Geometry{6, 37, 64, 3}})
+    for (DType sd : kF)
+      for (DType ad : kF) {
+        WorldConfig c;
+        c.geo = g; c.sd = sd; c.ad = ad; c.L = 16; c.rows = 5; c.pad_rows = 2;
+        c.seed = 160 + int(sd) * 3 + int(ad) + g.headdim;
+        if (g.headdim == 37) {
+          const int v = int(sd) * 3 + int(ad);
+          c.gate = v % 2 == 0; c.bias = v % 3 != 1; c.skip = v % 4 != 2; c.dt_f32 = v % 2 == 1;
         }
-  }
+        SCOPED_TRACE(g.to_string() + " " + dn(sd) + "/" + dn(ad));
+        run_case(c, 2 * c.L + 2, false);
+      }
 }
 
 TEST(CudaMamba2Replay, RingLengths) {
