@@ -46,4 +46,10 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned b
                : "memory");
 }
 
+// Start fetching `bytes` (a multiple of 16, 16-byte aligned) from global memory into L2, fire and forget:
+// no register, no barrier, no completion to wait for (cp.async.bulk.prefetch, sm_90).
+__device__ __forceinline__ void prefetch_l2(const void* src, unsigned bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
+
 }  // namespace replayssm::cuda

@@ -22,9 +22,11 @@
 //   is a quad reduction, S_w is written (flush only) with 16-byte stores.
 // * append (every non-flush step): x -> x_ring[w], delta -> dt_ring[w] (chunk 0), B -> B_ring[w]
 //   (first head of the group only).
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
+#include "cuda/bulk_copy.cuh"
 #include "cuda/common.cuh"
 #include "cuda/launch_util.cuh"
 #include "cuda/ops.hpp"
@@ -67,7 +69,8 @@ template <class AT, int N, int KT> struct ReplaySmem {
 
 template <class ST, class AT, int N, int KT>
 __global__ void __launch_bounds__(256, KT == 1 ? kMinCtas<ST> : 2)  // L > 16 needs the registers
-replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const int chunks, const bool ring_vec16) {
+replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const int chunks, const bool ring_vec16,
+                     const int prefetch_ctas) {
   using V = Vec16<ST>;
   using SM = ReplaySmem<AT, N, KT>;
   constexpr int VEC = V::kN;
@@ -134,6 +137,20 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
   if (p.dt_bias) delta += p.dt_bias[h];
   if (p.dt_softplus) delta = softplus20(delta);
   const float A = p.A[h];
+  // L2 prefetch of the checkpoint tile of the CTA `prefetch_ctas` places later in launch order (blockIdx.x
+  // fastest): its HBM reads start about a wave early without holding a register, so the bytes in flight
+  // per SM no longer depend on how many 128-register CTAs fit (4 per SM, ncu 2026-12-03).
+  if (prefetch_ctas > 0 && threadIdx.x == 0) {
+    const long long nx = gridDim.x, lin = (long long)blockIdx.y * nx + blockIdx.x + prefetch_ctas;
+    if (lin < nx * gridDim.y) {
+      const int row2 = int(lin / nx), bx = int(lin % nx);
+      const int slot2 = p.slot_idx[row2];
+      const int h2 = bx / chunks, pb2 = (bx % chunks) * PC, nrows = min(PC, P - pb2);
+      if (slot2 >= 0 && slot2 < p.slots && nrows > 0)
+        prefetch_l2(static_cast<const ST*>(p.state) + int64_t(slot2) * p.state_slot + (int64_t(h2) * P + pb2) * N,
+                    unsigned(nrows) * N * unsigned(sizeof(ST)));
+    }
+  }
 
   if (w < 0 || w >= L) return;  // corrupt cursor: skip the row (CTA-uniform) rather than go out of bounds
   const bool flush = (w == L - 1);
@@ -301,6 +318,21 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
   }
 }
 
+// REPLAYSSM_M2_PREFETCH_WAVES (read per call; set it before a graph is captured): how far ahead, in waves of
+// resident CTAs, each CTA prefetches a later CTA's checkpoint tile into L2; 0 = off. Unset (-1): half a wave
+// when the grid is >= 8 waves. Measured (H200, docs/notes-mamba2-cuda.md 2026-12-03, run 5): 0.5 wave lifts
+// the all-rows flush step from 68-73 % to 74-81 % of copy at batch >= 64 (fp32 state), leaves the append step
+// as it is, costs ~4 % at batch 8 (hence the grid condition); 2 waves evict tiles before use (append 61 %).
+double prefetch_waves() {
+  const char* v = std::getenv("REPLAYSSM_M2_PREFETCH_WAVES");
+  if (v == nullptr || *v == 0) return -1.0;
+  char* end = nullptr;
+  const double d = std::strtod(v, &end);
+  if (end == v || *end != 0 || !(d >= 0.0 && d <= 8.0))
+    throw Error("REPLAYSSM_M2_PREFETCH_WAVES", std::string("expected a number of waves in [0, 8], got '") + v + "'");
+  return d;
+}
+
 bool aligned16(const void* ptr, int64_t elems, size_t esize) {
   return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (elems * int64_t(esize)) % 16 == 0;
 }
@@ -319,23 +351,18 @@ void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
   const size_t es = sizeof(AT);
   const bool vec16 = aligned16(p.ring.x_ring, p.ring.xr_slot, es) && aligned16(p.ring.B_ring, p.ring.Br_slot, es) &&
                      (int64_t(p.step.headdim) * int64_t(es)) % 16 == 0;
-  kernel<<<grid, block, smem, st>>>(p, sp.tiles_per_cta, sp.chunks, vec16);
-}
-
-// REPLAYSSM_M2_REPLAY_PATH, read per call (set it before a graph is captured): unset / empty = the two-launch
-// path of mamba2_replay_stream.cu whenever the caller passed a workspace, this kernel otherwise; "fused" = this
-// kernel always (for A/B runs). Any other value throws, so an A/B run cannot measure the wrong kernel.
-bool force_fused() {
-  const char* v = std::getenv("REPLAYSSM_M2_REPLAY_PATH");
-  if (v == nullptr || *v == 0 || std::strcmp(v, "stream") == 0) return false;
-  if (std::strcmp(v, "fused") == 0) return true;
-  throw Error("REPLAYSSM_M2_REPLAY_PATH", std::string("expected fused or stream, got '") + v + "'");
+  int prefetch = 0;
+  if (const double waves = prefetch_waves(); waves != 0.0) {
+    int per_sm = 0;
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, int(block.x), smem), "mamba2_replay_decode");
+    const long long resident = (long long)std::max(per_sm, 1) * sm_count();
+    if (waves > 0) prefetch = int(waves * double(resident) + 0.5);
+    else if ((long long)grid.x * grid.y >= 8 * resident) prefetch = int(resident / 2);
+  }
+  kernel<<<grid, block, smem, st>>>(p, sp.tiles_per_cta, sp.chunks, vec16, prefetch);
 }
 
 }  // namespace
-
-// mamba2_replay_stream.cu: the two-launch path (needs p.workspace); false when it does not apply.
-bool mamba2_replay_stream(const Mamba2ReplayParams& p, Stream stream);
 
 void mamba2_replay_decode(const Mamba2ReplayParams& p, Stream stream) {
   if (p.step.rows <= 0) return;
@@ -344,7 +371,6 @@ void mamba2_replay_decode(const Mamba2ReplayParams& p, Stream stream) {
   if (L < 1 || L > 32) throw Error("cache.x_ring", "the CUDA kernels support ring lengths 1..32, got " + std::to_string(L));
   check_state_alignment(p.step.state, p.step.state_slot, p.step.state_dtype, "cache.checkpoint");
   auto st = static_cast<cudaStream_t>(stream);
-  if (p.workspace != nullptr && !force_fused() && mamba2_replay_stream(p, stream)) return;
   with_float_type(p.step.state_dtype, "cache.checkpoint", [&](auto s) {
     using ST = decltype(s);
     with_float_type(p.step.act, "x", [&](auto a) {
