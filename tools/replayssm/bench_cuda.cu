@@ -281,19 +281,17 @@ Result run_case(const std::string& model, const Mamba2Geometry& geo, int tp, int
 
 }  // namespace
 
-// Device-to-device copy of 2 GiB, plain stream-ordered memcpy, median of 10 after 2 warm-ups; bytes read +
-// written. The one ceiling every benchmark of the tool reports against.
-double copy_bandwidth_tbps() {
-  const size_t n = size_t(2) << 30;  // 2 GiB
-  DevBuf a(n), b(n);
-  ck(cudaMemset(a.p, 1, n), "memset");
+namespace {
+
+// Median ms of `run` on the default stream over 10 timed calls after 2 warm-ups (the two ceilings below).
+double median_ms(const std::function<void()>& run) {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
   std::vector<float> ts;
   for (int i = 0; i < 12; ++i) {
     cudaEventRecord(e0);
-    ck(cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice), "copy");
+    run();
     cudaEventRecord(e1);
     cudaEventSynchronize(e1);
     float ms = 0;
@@ -303,11 +301,11 @@ double copy_bandwidth_tbps() {
   std::sort(ts.begin(), ts.end());
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  return 2.0 * double(n) / (double(ts[ts.size() / 2]) * 1e-3) * 1e-12;
+  return double(ts[ts.size() / 2]);
 }
 
-// A read-only stream (what an output-only step mostly is): 16-byte loads of 2 GiB, 4 in flight per thread,
-// grid-stride; one conditional store keeps the loads alive. Median of 10 after 2 warm-ups.
+// A read-only stream (what an output-only step mostly is): 16-byte loads, 4 in flight per thread,
+// grid-stride; one conditional store keeps the loads alive.
 __global__ void read_stream_kernel(const uint4* __restrict__ a, size_t n16, unsigned* sink) {
   unsigned acc = 0;
   const size_t stride = size_t(gridDim.x) * blockDim.x;
@@ -323,30 +321,30 @@ __global__ void read_stream_kernel(const uint4* __restrict__ a, size_t n16, unsi
   if (acc == 0x9e3779b9u) *sink = acc;
 }
 
+}  // namespace
+
+// Device-to-device copy of 2 GiB, plain stream-ordered memcpy, median of 10 after 2 warm-ups; bytes read +
+// written. The one ceiling every benchmark of the tool reports against.
+double copy_bandwidth_tbps() {
+  const size_t n = size_t(2) << 30;  // 2 GiB
+  DevBuf a(n), b(n);
+  ck(cudaMemset(a.p, 1, n), "memset");
+  const double ms = median_ms([&] { ck(cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice), "copy"); });
+  return 2.0 * double(n) / (ms * 1e-3) * 1e-12;
+}
+
+// The read-only stream of 2 GiB, timed the same way; bytes read.
 double read_bandwidth_tbps() {
   const size_t n = size_t(2) << 30;
   DevBuf a(n), sink(64);
   ck(cudaMemset(a.p, 1, n), "memset");
   int sms = 0;
   ck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "sms");
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<float> ts;
-  for (int i = 0; i < 12; ++i) {
-    cudaEventRecord(e0);
+  const double ms = median_ms([&] {
     read_stream_kernel<<<sms * 8, 256>>>(static_cast<const uint4*>(a.p), n / 16, static_cast<unsigned*>(sink.p));
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (i >= 2) ts.push_back(ms);
-  }
+  });
   ck(cudaGetLastError(), "read stream");
-  std::sort(ts.begin(), ts.end());
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return double(n) / (double(ts[ts.size() / 2]) * 1e-3) * 1e-12;
+  return double(n) / (ms * 1e-3) * 1e-12;
 }
 
 Report run_cuda(const Options& o) {
