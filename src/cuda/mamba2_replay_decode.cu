@@ -353,8 +353,14 @@ void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
                      (int64_t(p.step.headdim) * int64_t(es)) % 16 == 0;
   int prefetch = 0;
   if (const double waves = prefetch_waves(); waves != 0.0) {
-    int per_sm = 0;
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, int(block.x), smem), "mamba2_replay_decode");
+    // CTAs per SM depend only on the instance, its CTA size (1-8 tiles) and the device: asked once each, not
+    // on every step.
+    static int per_sm_cache[64][9] = {};
+    int dev = 0;
+    check_cuda(cudaGetDevice(&dev), "mamba2_replay_decode");
+    int& per_sm = per_sm_cache[dev >= 0 && dev < 64 ? dev : 0][sp.tiles_per_cta];
+    if (per_sm == 0)
+      check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, int(block.x), smem), "mamba2_replay_decode");
     const long long resident = (long long)std::max(per_sm, 1) * sm_count();
     if (waves > 0) prefetch = int(waves * double(resident) + 0.5);
     else if ((long long)grid.x * grid.y >= 8 * resident) prefetch = int(resident / 2);
