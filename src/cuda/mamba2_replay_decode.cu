@@ -23,6 +23,7 @@
 // * append (every non-flush step): x -> x_ring[w], delta -> dt_ring[w] (chunk 0), B -> B_ring[w]
 //   (first head of the group only).
 #include <algorithm>
+#include <type_traits>
 #include <cstdlib>
 #include <cstring>
 
@@ -67,8 +68,17 @@ template <class AT, int N, int KT> struct ReplaySmem {
   static constexpr __host__ __device__ size_t total(int pc) { return x_bytes(pc) + kBBytes + kFragBytes; }
 };
 
+// CTAs of 256 threads per SM the kernel is compiled for. A 16-bit state with bf16 activations gets one more
+// than the classic kernels (64 registers, 32-60 B of spills, 8 CTAs of 4 warps per SM): measured on the H200
+// (2026-12-03, sixth session) append +4-6 points of copy, amortised 0.92-0.95x -> 0.85-0.88x classic at batch
+// 512. Not for fp32 state (80 registers spill ~92 B of MMA fragments: append -12 points) nor for fp16 / fp32
+// activations (2-3 x-parts per fragment: 70-160 B of spills). L > 16 (KT = 2) needs the registers.
+template <class ST, class AT, int KT>
+inline constexpr int kReplayMinCtas =
+    KT == 1 ? kMinCtas<ST> + (sizeof(ST) == 2 && std::is_same_v<AT, __nv_bfloat16> ? 1 : 0) : 2;
+
 template <class ST, class AT, int N, int KT>
-__global__ void __launch_bounds__(256, KT == 1 ? kMinCtas<ST> : 2)  // L > 16 needs the registers
+__global__ void __launch_bounds__(256, kReplayMinCtas<ST, AT, KT>)
 replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const int chunks, const bool ring_vec16,
                      const int prefetch_ctas) {
   using V = Vec16<ST>;
@@ -140,8 +150,10 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
   // L2 prefetch of the checkpoint tile of the CTA `prefetch_ctas` places later in launch order (blockIdx.x
   // fastest): its HBM reads start about a wave early without holding a register, so the bytes in flight
   // per SM no longer depend on how many 128-register CTAs fit (4 per SM, ncu 2026-12-03).
-  if (prefetch_ctas > 0 && threadIdx.x == 0) {
-    const long long nx = gridDim.x, lin = (long long)blockIdx.y * nx + blockIdx.x + prefetch_ctas;
+  // Lane 0 of the last warp issues it: warp 0 is on the critical path (the dt scan below). Grid sizes are
+  // < 2^31 CTAs (<= 65535 rows x 2048 head chunks): 32-bit index math.
+  if (prefetch_ctas > 0 && threadIdx.x == nthreads - 32) {
+    const unsigned nx = gridDim.x, lin = blockIdx.y * nx + blockIdx.x + unsigned(prefetch_ctas);
     if (lin < nx * gridDim.y) {
       const int row2 = int(lin / nx), bx = int(lin % nx);
       const int slot2 = p.slot_idx[row2];
@@ -152,11 +164,14 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
     }
   }
 
+  // The committed deltas are read before the cursor arrives (all L - 1 positions a step can use, masked by
+  // the cursor below; position w may be written meanwhile by another CTA of the row: that value is unused).
+  float* dtr = rg.dt_ring + int64_t(slot) * rg.dtr_slot + int64_t(h) * L;
+  const float dpre = (warp == 0 && lane < L - 1) ? dtr[lane] : 0.f;
   if (w < 0 || w >= L) return;  // corrupt cursor: skip the row (CTA-uniform) rather than go out of bounds
   const bool flush = (w == L - 1);
   const bool gemm = flush || !rp.output_only;
   const AT* xr = static_cast<const AT*>(rg.x_ring) + int64_t(slot) * rg.xr_slot + int64_t(h) * L * P;
-  float* dtr = rg.dt_ring + int64_t(slot) * rg.dtr_slot + int64_t(h) * L;
   const AT* Br = static_cast<const AT*>(rg.B_ring) + int64_t(slot) * rg.Br_slot + int64_t(grp) * L * N;
 
   // 3. the committed ring rows k < w go to shared memory asynchronously (no registers held).
@@ -164,7 +179,7 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
   stage_rows(s_br, BS, Br, N, w, N, ring_vec16, threadIdx.x, nthreads);
 
   if (warp == 0) {
-    float d = lane < w ? dtr[lane] : (lane == w ? delta : 0.f);
+    float d = lane < w ? dpre : (lane == w ? delta : 0.f);
     const float c = warp_inclusive_sum(d, lane);
     const float cw = __shfl_sync(0xffffffffu, c, w);
     s_scale[lane] = lane <= w ? d * expf(fminf(A * (cw - c), 0.f)) : 0.f;
@@ -177,16 +192,30 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
   const int xc[2] = {pr[0] - pbase, pr[1] - pbase};  // this lane's columns of the staged x slice
   uint32_t afrag[XP][KT][4];
   if (!gemm) {
-    for (int k = warp; k <= w; k += nwarps) {
+    // bc_k = B_k . C: four k per warp at once, 8 lanes per k with 16-byte shared-memory reads and a
+    // 3-shuffle reduction (one k per warp with 5 shuffles made this the longest dependent chain of the
+    // append step, ~1200 cycles at w = 15, with only 4 CTAs per SM to hide it).
+    using VA = Vec16<AT>;
+    constexpr int E = VA::kN;
+    const int kq = lane >> 3, sub = lane & 7;
+    for (int k0 = 4 * warp; k0 <= w; k0 += 4 * nwarps) {
+      const int k = k0 + kq;
       float acc = 0.f;
       if (k < w) {
-        for (int n = lane; n < N; n += 32) acc = fmaf(Traits<AT>::to_f(s_br[k * BS + n]), s_C[n], acc);
-      } else {
-        for (int n = lane; n < N; n += 32) acc = fmaf(s_B[n], s_C[n], acc);
+#pragma unroll
+        for (int c = sub; c < N / E; c += 8) {
+          float b[E];
+          VA::unpack(*reinterpret_cast<const uint4*>(s_br + k * BS + c * E), b);
+#pragma unroll
+          for (int e = 0; e < E; ++e) acc = fmaf(b[e], s_C[c * E + e], acc);
+        }
+      } else if (k == w) {
+#pragma unroll
+        for (int n = sub; n < N; n += 8) acc = fmaf(s_B[n], s_C[n], acc);
       }
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-      if (lane == 0) s_coef[k] = s_scale[k] * acc;
+      for (int o = 4; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+      if (sub == 0 && k <= w) s_coef[k] = s_scale[k] * acc;
     }
     __syncthreads();
   } else {
