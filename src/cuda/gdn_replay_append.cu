@@ -10,7 +10,8 @@
 // Why a new kernel (H200 run K: fused append 46-50 % quad / 39-41 % wide of copy, classic wide 88-93 %).
 // Little's law: 32 B/ns per SM x 1.5-2 us loaded latency = 48-64 KB must be in flight per SM on average.
 // Wide append: 7 CTAs x 8 KB = 56 KB nominal, in flight ~50 % of a CTA's life (slot -> cursor -> history
-// -> barrier -> projections -> barrier -> rows) = ~28 KB: ~45 % predicted, 39-41 % measured. So:
+// -> barrier -> projections -> barrier -> rows) = ~28 KB: ~45 % predicted, 39-41 % measured. So (the
+// third-session design; the projections are now spread over the warps again, see below):
 // * 128 B of checkpoint per thread (8 x 16 B loads; the wide tile's mapping with twice the rows per
 //   thread): 16 KB per 128-thread CTA, <= 80 registers (launch bound 6 CTAs of 128 / SM) -> 96 KB nominal
 //   per SM, 1.7x the wide kernel's. Twice the rows per CTA also halves the k-history staging per
@@ -23,14 +24,15 @@
 //   bench's all-flush step) plus +9 % history bytes; and a history issued before the cursor arrives no
 //   earlier than the checkpoint issued after it, so with the checkpoint behind the cursor the
 //   cursor-dependent history costs nothing. Critical path: slot, cursor (L2), max(checkpoint DRAM,
-//   history) -- as the wide kernel, but with one barrier instead of two:
-// * the ring projections cq_j, ck_j are computed by EVERY warp for all j < w (reduce-scatter of 4 j per 9
-//   shuffles, ~75 instructions per 4 j per warp: 300 at w = 16, within the ~1800 issue slots a warp's
-//   4 KB of DRAM traffic leaves) into its own shared copy (__syncwarp): no second CTA barrier, no warp
-//   waits for another's projections. Every warp also scans g itself (om_j in lane j, tot).
+//   history) -- as the wide kernel.
+// * the ring projections cq_j, ck_j: blocks of 4 j (reduce-scatter, 9 shuffles) spread over the warps,
+//   published by a second barrier. (The third session had every warp compute all of them for itself to
+//   avoid that barrier: measured 48-54 % of copy; that made w / 4 reduce-scatters in sequence the CTA's
+//   longest dependent chain.) Every warp scans g itself (om_j in lane j, tot).
 // * history kept in shared memory in the ring dtype (16-bit rings: half the bytes, no conversion pass;
 //   converted when read).
-// Expected: ~96 KB x ~0.55 = ~53 KB average in flight per SM -> 75-85 % of copy at batch >= 64.
+// Expected then: ~96 KB x ~0.55 = ~53 KB average in flight per SM -> 75-85 % of copy at batch >= 64
+// (measured 48-54 %: the CTA lives longer than its loads, see docs/notes-gdn-cuda.md).
 // Rule: every full-mask shuffle runs in warp-uniform code; all early returns are CTA-uniform and come
 // before any barrier, shuffle or cp.async.
 #include "cuda/gdn_common.cuh"
@@ -90,7 +92,7 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;
   __shared__ __align__(16) float s_tok[4][2][K];  // per warp: q (normalised, scaled), k (normalised)
-  __shared__ float s_cq[4][32], s_ck[4][32];      // per warp: om_j k_j.q, om_j k_j.k
+  __shared__ float s_cq[32], s_ck[32];            // om_j k_j.q, om_j k_j.k (each j by one warp)
   extern __shared__ float4 s_dyn[];               // k history [L-1][K], d slice [L-1][rpc], ring dtypes
 
   const int row = blockIdx.y, hv = blockIdx.x / slices, slice = blockIdx.x % slices;
@@ -150,10 +152,12 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
     if (lane == 0) gr[w] = tk.g;
   }
   cp_async_wait_all();  // this thread's copies; the barrier publishes everyone's
-  __syncthreads();      // the only CTA barrier
+  __syncthreads();
 
-  // ring projections, all j < w, by every warp (w is CTA-uniform: full-mask shuffles are safe)
-  for (int b = 0; 4 * b < w; ++b) {
+  // ring projections: block b of 4 j by warp b % nwarps (w is CTA-uniform: full-mask shuffles are safe),
+  // then a second barrier. Measured 2026-12-03 (sixth session): every warp doing all of them was the
+  // append step's longest dependent chain (w / 4 reduce-scatters in sequence, ~1400 cycles at w = 15).
+  for (int b = warp; 4 * b < w; b += nwarps) {
     float x[8];
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
@@ -173,9 +177,9 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
     reduce_scatter8(x);
     const int n = lane >> 2, j = 4 * b + (n & 3);  // lanes 0-15: k_j.q, lanes 16-31: k_j.k
     const float omj = __shfl_sync(0xffffffffu, om, j & 31);
-    if ((lane & 3) == 0 && j < w) (n < 4 ? s_cq[warp] : s_ck[warp])[j] = omj * x[0];
+    if ((lane & 3) == 0 && j < w) (n < 4 ? s_cq : s_ck)[j] = omj * x[0];
   }
-  __syncwarp();
+  __syncthreads();
 
   float sq[RPT] = {}, sk[RPT] = {};
   state_row_dots<TL, ST>(raw, s_q, s_k, t, sq, sk);
@@ -185,7 +189,7 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
     sk[r] *= tot;
   }
   for (int j = t; j < w; j += LPR) {  // the ring part, spread over the group's lanes (no shuffle inside)
-    const float cq = s_cq[warp][j], ck = s_ck[warp][j];
+    const float cq = s_cq[j], ck = s_ck[j];
 #pragma unroll
     for (int r = 0; r < RPT; ++r) {
       const float dj = lds_ring(s_d, j * rpc + l0 + GPW * r, R.d_dtype);
