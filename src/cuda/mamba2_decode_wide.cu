@@ -75,7 +75,7 @@ classic_wide_kernel(const Mamba2StepParams p, const int chunks) {
   const AT* x = static_cast<const AT*>(p.x) + int64_t(row) * p.x_tok + int64_t(h) * p.x_head;
   const AT* B = static_cast<const AT*>(p.B) + int64_t(row) * p.B_tok + int64_t(grp) * p.B_group;
   const AT* C = static_cast<const AT*>(p.C) + int64_t(row) * p.C_tok + int64_t(grp) * p.C_group;
-  float delta = load_dt(p.dt, int64_t(row) * p.dt_tok + int64_t(h) * p.dt_head, p.dt_dtype);
+  const uint32_t dt_bits = load_dt_bits(p.dt, int64_t(row) * p.dt_tok + int64_t(h) * p.dt_head, p.dt_dtype);
   const float xv = ok ? Traits<AT>::to_f(x[pr]) : 0.f;
   const bool writer = ok && j == 0;  // lane 0 of the row writes y
   float zv = 0.f;
@@ -90,6 +90,7 @@ classic_wide_kernel(const Mamba2StepParams p, const int chunks) {
   const float Dh = p.D ? p.D[h] : 0.f;
 
   // 3. S = a S + (delta x) B, y = S C (the deep tile's order of operations), store.
+  float delta = dt_from_bits(dt_bits, p.dt_dtype);
   if (p.dt_bias) delta += p.dt_bias[h];
   if (p.dt_softplus) delta = softplus20(delta);
   const float a = expf(p.A[h] * delta);

@@ -137,13 +137,14 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
     xraw[r] = ok[r] ? x[pr[r]] : Traits<AT>::from_f(0.f);
     if (z && ok[r] && t == 0) zv[r] = Traits<AT>::to_f(z[pr[r]]);
   }
-  float delta = load_dt(p.dt, int64_t(row) * p.dt_tok + int64_t(h) * p.dt_head, p.dt_dtype);
+  const uint32_t dt_bits = load_dt_bits(p.dt, int64_t(row) * p.dt_tok + int64_t(h) * p.dt_head, p.dt_dtype);
   for (int n = threadIdx.x; n < N; n += nthreads) {
     s_C[n] = Traits<AT>::to_f(Cin[n]);
     s_B[n] = Traits<AT>::to_f(Bin[n]);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) xv[r] = Traits<AT>::to_f(xraw[r]);
+  float delta = dt_from_bits(dt_bits, p.dt_dtype);
   if (p.dt_bias) delta += p.dt_bias[h];
   if (p.dt_softplus) delta = softplus20(delta);
   const float A = p.A[h];
