@@ -135,7 +135,8 @@ Result run_case(const std::string& model, const Mamba2Geometry& geo, int tp, int
     fill(S.dtr->p, DType::f32, size_t(batch) * H * L, seed + 3, 0.05f, 1.f);
     fill(S.Br->p, ad, size_t(batch) * G * L * N, seed + 4, -1, 1);
     fill(S.x->p, ad, size_t(batch) * H * P, seed + 5, -1, 1);
-    fill(S.dt->p, DType::f32, size_t(batch) * H, seed + 6, -3, 1);
+    const DType dtd = o.dt_act ? ad : DType::f32;  // the buffer is sized for fp32 either way
+    fill(S.dt->p, dtd, size_t(batch) * H, seed + 6, -3, 1);
     fill(S.B->p, ad, size_t(batch) * G * N, seed + 7, -1, 1);
     fill(S.C->p, ad, size_t(batch) * G * N, seed + 8, -1, 1);
     std::vector<int32_t> perm(batch);
@@ -146,7 +147,7 @@ Result run_case(const std::string& model, const Mamba2Geometry& geo, int tp, int
     Mamba2StepParams& p = S.step;
     p.tokens = p.rows = batch;
     p.heads = H; p.headdim = P; p.dstate = N; p.groups = G;
-    p.act = ad; p.dt_dtype = DType::f32; p.state_dtype = sd;
+    p.act = ad; p.dt_dtype = dtd; p.state_dtype = sd;
     p.x = S.x->p; p.x_tok = int64_t(H) * P; p.x_head = P;
     p.dt = S.dt->p; p.dt_tok = H; p.dt_head = 1;
     p.B = S.B->p; p.B_tok = int64_t(G) * N; p.B_group = N;
@@ -356,6 +357,7 @@ Report run_cuda(const Options& o) {
   rep.device = prop.name;
   rep.copy_tbps = copy_bandwidth_tbps();
   rep.read_tbps = read_bandwidth_tbps();
+  rep.dt_act = o.dt_act;
   std::fprintf(stderr, "device %s, %d SMs, L2 %d MB; device-to-device copy %.2f TB/s (read + write); read-only stream %.2f TB/s\n",
                prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, rep.copy_tbps, rep.read_tbps);
   cudaStream_t st;

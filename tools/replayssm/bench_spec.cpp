@@ -28,6 +28,8 @@ void register_bench_spec(CLI::App& app) {
   cmd->add_option("--footprint-mb", o->footprint_mb,
                   "Rotate among slot sets until each path's state pool is at least this big (defeats L2)")
       ->capture_default_str();
+  cmd->add_option("--dt", o->dt, "dtype of the dt input: act (the activation dtype) or f32")
+      ->check(CLI::IsMember({"f32", "act"}))->capture_default_str();
   cmd->add_option("--json", o->json, "Write the results as JSON to this file");
   cmd->add_option("--seed", o->seed, "Random seed (accepted counts, inputs)")->capture_default_str();
   cmd->callback([o] {

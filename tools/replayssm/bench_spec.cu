@@ -147,9 +147,9 @@ void run_bench_spec(const BenchSpecOptions& o) {
   cudaStream_t st;
   ck(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
   const double copy_bw = bench::copy_bandwidth_tbps() * 1e12;  // bytes / s
-  std::printf("bench-spec on %s: copy bandwidth %.2f TB/s (read + write), state %s, act %s, history %d, %d steps/graph\n",
-              prop.name, copy_bw / 1e12, std::string(dtype_name(sd)).c_str(), std::string(dtype_name(ad)).c_str(),
-              o.history, o.steps);
+  std::printf("bench-spec on %s: copy bandwidth %.2f TB/s (read + write), state %s, act %s, dt %s, history %d, "
+              "%d steps/graph\n", prop.name, copy_bw / 1e12, std::string(dtype_name(sd)).c_str(),
+              std::string(dtype_name(ad)).c_str(), o.dt == "f32" ? "float32" : "act", o.history, o.steps);
   std::mt19937_64 rng(o.seed);
   std::vector<Case> results;
   const int S = o.steps;
@@ -175,7 +175,8 @@ void run_bench_spec(const BenchSpecOptions& o) {
         const int Kp = int(std::clamp(std::ceil(fp / (rows * state_req)), 1.0, double(S)));            // plain & replay
         const int Kc = int(std::clamp(std::ceil(fp / (rows * state_req * T)), 1.0, double(S)));        // classic spec
         const int64_t tok = int64_t(rows) * T;
-        DBuf x(ad, {tok, H, P}), dt(ad, {tok, H}), B(ad, {tok, G, N}), C(ad, {tok, G, N}), out(ad, {tok, H, P});
+        const DType dtd = o.dt == "f32" ? DType::f32 : ad;
+        DBuf x(ad, {tok, H, P}), dt(dtd, {tok, H}), B(ad, {tok, G, N}), C(ad, {tok, G, N}), out(ad, {tok, H, P});
         x.fill(-1, 1, 1); dt.fill(-4, 1, 2); B.fill(-1, 1, 3); C.fill(-1, 1, 4);
         mamba2::TokenInputs win{x.v, dt.v, B.v, C.v, {}};
         mamba2::TokenInputs one{x.slice(0, {rows, H, P}), dt.slice(0, {rows, H}), B.slice(0, {rows, G, N}),

@@ -14,6 +14,7 @@ struct BenchSpecOptions {
   std::string state = "float32", act = "bfloat16";
   int steps = 32, reps = 7;
   double footprint_mb = 512;
+  std::string dt = "act";  // dtype of dt: act (the activation dtype) or f32
   std::string json;
   uint64_t seed = 1;
 };

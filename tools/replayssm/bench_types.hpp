@@ -18,6 +18,7 @@ struct Options {
   bool state_route = false;  // also time Route::state_and_output (amortised)
   int replays = 9;           // timed graph replays per measurement (median)
   double rotate_mb = 256;    // input/cache sets rotated so that each pass is >= this many MB
+  bool dt_act = false;       // dt in the activation dtype (as engines often pass it) instead of fp32
 };
 
 struct Timing {
@@ -43,6 +44,7 @@ struct Report {
   std::string device;
   double copy_tbps = 0;  // device-to-device copy, bytes read + written
   double read_tbps = 0;  // a read-only stream (context for the output-only steps; ratios stay against copy)
+  bool dt_act = false;   // dt in the activation dtype
   std::vector<Result> results;
 };
 
