@@ -10,6 +10,12 @@
 //   S = alpha * S + d k^T ;  o = S q
 // ReplaySSM caches (d, normalised k, g) per token: with d known the recurrence is linear, so
 //   S_w = exp(G) S0 + sum_j exp(G - G_j) d_j k_j^T   (G_j prefix sums of g).
+// Per-channel decay gates (the Kimi Delta Attention form; decode and replay_decode on the CPU backend):
+// a is [tokens, HV, K], dt_bias [HV] or [HV, K], g and alpha are K-vectors acting on the key columns,
+//   S' = S diag(alpha),  d = beta (v - S' k),  S = S' + d k^T,  o = S q;
+// the ring keeps K log-decays per token (g_ring [slots, HV, L, K]) and
+//   S_w = S0 diag(exp(G)) + sum_j d_j (k_j o exp(G - G_j))^T   (o: elementwise, per channel).
+// spec_verify, classic_spec_decode and the CUDA kernels take per-head gates only (in.a is named).
 #pragma once
 #include "replayssm/cursor.hpp"
 #include "replayssm/geometry.hpp"
@@ -19,7 +25,7 @@ namespace replayssm::gdn {
 
 struct Weights {
   TensorView A_log;    // [HV] float32
-  TensorView dt_bias;  // [HV] float32
+  TensorView dt_bias;  // [HV] float32, or [HV, K] with per-channel gates
   float scale = 0.f;   // 0 means 1/sqrt(K)
   bool qk_l2norm = true;
 };
@@ -30,7 +36,7 @@ struct TokenInputs {
   TensorView q;  // [tokens, H, K]
   TensorView k;  // [tokens, H, K]
   TensorView v;  // [tokens, HV, V]
-  TensorView a;  // [tokens, HV] raw decay-gate projection
+  TensorView a;  // [tokens, HV] raw decay-gate projection, or [tokens, HV, K] per key channel
   TensorView b;  // [tokens, HV] raw beta projection
 };
 
@@ -50,7 +56,7 @@ struct ReplayCache {
   TensorView checkpoint;  // [slots, HV, V, K] state dtype
   TensorView d_ring;      // [slots, HV, L, V] float32 or activation dtype
   TensorView k_ring;      // [slots, H, L, K]  float32 or activation dtype (normalised, unscaled k)
-  TensorView g_ring;      // [slots, HV, L] float32 log-decay
+  TensorView g_ring;      // [slots, HV, L] float32 log-decay ([slots, HV, L, K] with per-channel gates)
   TensorView cursor;      // [slots] int32, 0 <= w < L
   int ring_len() const { return d_ring.ndim == 4 ? int(d_ring.shape[2]) : 0; }
 };

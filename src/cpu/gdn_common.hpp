@@ -90,8 +90,10 @@ struct TokenPrep {
 };
 
 // Loads token `tok` for v-head hv: q (normalised, scaled), k (normalised, unscaled), v; gates.
+// Per-channel gates (p.gate_per_channel): gch[c] = -exp(A_log) softplus(a_c + dt_bias_c) for every key
+// channel (gch must hold K values); the returned g / alpha are then unused (0 / 1).
 template <class T>
-inline TokenPrep<T> prep_token(const GdnStepParams& p, int64_t tok, int hv, T* q, T* k, T* v) {
+inline TokenPrep<T> prep_token(const GdnStepParams& p, int64_t tok, int hv, T* q, T* k, T* v, T* gch = nullptr) {
   const int K = p.head_k_dim, V = p.head_v_dim;
   const int h = hv / (p.v_heads / p.k_heads);
   load_row<T>(at(p.q, p.act, tok * p.q_tok + h * p.q_head), p.act, K, q);
@@ -105,13 +107,21 @@ inline TokenPrep<T> prep_token(const GdnStepParams& p, int64_t tok, int hv, T* q
   const T sq = rq * T(p.scale);
   for (int i = 0; i < K; ++i) { q[i] *= sq; k[i] *= rk; }
   TokenPrep<T> t;
-  const T a = load_one<T>(p.a, p.a_dtype, tok * p.a_tok + hv * p.a_head);
   const T b = load_one<T>(p.b, p.b_dtype, tok * p.b_tok + hv * p.b_head);
   const T A_log = load_one<T>(p.A_log, p.w_dtype, hv * p.A_log_stride);
+  t.beta = T(1) / (T(1) + std::exp(-b));  // not rounded to b's dtype (see gdn.hpp)
+  if (p.gate_per_channel) {
+    for (int c = 0; c < K; ++c) {
+      const T a = load_one<T>(p.a, p.a_dtype, tok * p.a_tok + hv * p.a_head + c * p.a_chan);
+      const T bias = load_one<T>(p.dt_bias, p.w_dtype, hv * p.dt_bias_stride + c * p.dt_bias_chan);
+      gch[c] = -std::exp(A_log) * softplus20(a + bias);
+    }
+    return t;
+  }
+  const T a = load_one<T>(p.a, p.a_dtype, tok * p.a_tok + hv * p.a_head);
   const T bias = load_one<T>(p.dt_bias, p.w_dtype, hv * p.dt_bias_stride);
   t.g = -std::exp(A_log) * softplus20(a + bias);
   t.alpha = std::exp(t.g);
-  t.beta = T(1) / (T(1) + std::exp(-b));  // not rounded to b's dtype (see gdn.hpp)
   return t;
 }
 

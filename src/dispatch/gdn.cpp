@@ -33,6 +33,7 @@ struct Checked {
   DType act = DType::f32;
   Device dev{};
   int64_t tokens = 0, rows = 0, slots = 0;
+  bool gate_ch = false;  // per-channel decay gates: in.a is [tokens, v_heads, head_k_dim]
 };
 
 // Token inputs, weights, out and slot_idx. tokens == -1: any (speculative windows).
@@ -51,14 +52,25 @@ Checked check_common(const GdnGeometry& geo, const TokenInputs& in, const Weight
       .shape({{c.tokens, "tokens"}, {H, "k_heads"}, {K, "head_k_dim"}}).dtype(c.act).inner_contiguous();
   Arg("in.v", in.v).required().nonnegative_strides().device(c.dev)
       .shape({{c.tokens, "tokens"}, {HV, "v_heads"}, {V, "head_v_dim"}}).dtype(c.act).inner_contiguous();
-  Arg("in.a", in.a).required().nonnegative_strides().device(c.dev)
-      .shape({{c.tokens, "tokens"}, {HV, "v_heads"}}).dtype_in(kFloatTypes);
+  // in.a: one decay gate per v-head [tokens, v_heads] (Gated DeltaNet), or one per key channel
+  // [tokens, v_heads, head_k_dim] (Kimi-Delta-style; decode and replay_decode on the CPU backend).
+  c.gate_ch = in.a.defined() && in.a.ndim == 3;
+  Arg aa("in.a", in.a);
+  aa.required().nonnegative_strides().device(c.dev).dtype_in(kFloatTypes);
+  if (c.gate_ch) aa.shape({{c.tokens, "tokens"}, {HV, "v_heads"}, {K, "head_k_dim (per-channel gates)"}});
+  else aa.shape({{c.tokens, "tokens"}, {HV, "v_heads"}});
   Arg("in.b", in.b).required().nonnegative_strides().device(c.dev)
       .shape({{c.tokens, "tokens"}, {HV, "v_heads"}}).dtype_in(kFloatTypes);
   Arg("w.A_log", w.A_log).required().nonnegative_strides().device(c.dev).shape({{HV, "v_heads"}})
       .dtype_in({DType::f32, DType::f64});
-  Arg("w.dt_bias", w.dt_bias).required().nonnegative_strides().device(c.dev).shape({{HV, "v_heads"}})
-      .dtype(w.A_log.dtype);
+  Arg db("w.dt_bias", w.dt_bias);
+  db.required().nonnegative_strides().device(c.dev).dtype(w.A_log.dtype);
+  if (w.dt_bias.defined() && w.dt_bias.ndim == 2) {
+    if (!c.gate_ch) db.fail("a [v_heads, head_k_dim] bias needs per-channel gates (in.a [tokens, v_heads, head_k_dim])");
+    db.shape({{HV, "v_heads"}, {K, "head_k_dim"}});
+  } else {
+    db.shape({{HV, "v_heads"}});
+  }
   if (!std::isfinite(w.scale) || w.scale < 0)
     throw Error("w.scale", "must be finite and >= 0 (0 means 1/sqrt(head_k_dim)), got " + std::to_string(w.scale));
   Arg s("slot_idx", slot_idx);
@@ -90,6 +102,13 @@ void check_ring_dtype(Arg& a, DType act) {
            std::string(dtype_name(a.view().dtype)));
 }
 
+// Per-channel gates are implemented for decode and replay_decode on the CPU; every other op names in.a.
+void reject_per_channel(const Checked& c, const char* op) {
+  if (c.gate_ch)
+    throw Error("in.a", std::string("per-channel decay gates ([tokens, v_heads, head_k_dim]) are supported by decode and "
+                                    "replay_decode on the CPU backend; ") + op + " takes [tokens, v_heads]");
+}
+
 // d/k/g rings and the cursor; returns the ring length.
 int check_rings(const TensorView& d, const TensorView& k, const TensorView& g, const TensorView& cursor,
                 const GdnGeometry& geo, const Checked& c, int64_t slots, int64_t ring, int cursor_cols) {
@@ -104,7 +123,12 @@ int check_rings(const TensorView& d, const TensorView& k, const TensorView& g, c
       .shape({{slots, "slots"}, {geo.k_heads, "k_heads"}, {R, "ring"}, {geo.head_k_dim, "head_k_dim"}}).dense_from(1);
   check_ring_dtype(ak, c.act);
   Arg ag("cache.g_ring", g);
-  ag.required().nonnegative_strides().device(c.dev).shape({{slots, "slots"}, {geo.v_heads, "v_heads"}, {R, "ring"}}).dense_from(1);
+  ag.required().nonnegative_strides().device(c.dev);
+  if (c.gate_ch)  // one log-decay per key channel, as in.a
+    ag.shape({{slots, "slots"}, {geo.v_heads, "v_heads"}, {R, "ring"}, {geo.head_k_dim, "head_k_dim (per-channel gates)"}});
+  else
+    ag.shape({{slots, "slots"}, {geo.v_heads, "v_heads"}, {R, "ring"}});
+  ag.dense_from(1);
   if (c.act == DType::f64) ag.dtype_in({DType::f32, DType::f64}); else ag.dtype(DType::f32);
   Arg ac("cache.cursor", cursor);
   ac.required().nonnegative_strides().device(c.dev).dtype(DType::i32);
@@ -127,6 +151,9 @@ void check_cuda_limits(const Checked& c, const GdnGeometry& geo, const TensorVie
   throw Error("device", std::string(state_name) + ": this build has no CUDA kernels; tensors are on " + to_string(c.dev));
 #endif
   if (c.act == DType::f64) throw Error("in.q", "float64 activations are CPU-only; the CUDA kernels take float32, bfloat16, float16");
+  if (c.gate_ch)
+    throw Error("in.a", "per-channel decay gates ([tokens, v_heads, head_k_dim]) are CPU-only for now; the CUDA kernels "
+                        "take [tokens, v_heads]");
   for (int64_t d : {int64_t(geo.head_k_dim), int64_t(geo.head_v_dim)})
     if (d != 64 && d != 128)
       throw Error("geo", "the CUDA kernels support head_k_dim and head_v_dim in {64, 128}, got head_k_dim " +
@@ -203,6 +230,9 @@ GdnStepParams make_step(const GdnGeometry& geo, const TokenInputs& in, const Wei
   p.out = out.data; p.out_tok = out.stride[0]; p.out_head = out.stride[1];
   p.A_log = w.A_log.data; p.A_log_stride = w.A_log.stride[0];
   p.dt_bias = w.dt_bias.data; p.dt_bias_stride = w.dt_bias.stride[0];
+  p.gate_per_channel = c.gate_ch;
+  p.a_chan = c.gate_ch ? in.a.stride[2] : 0;
+  p.dt_bias_chan = w.dt_bias.ndim == 2 ? w.dt_bias.stride[1] : 0;
   p.scale = w.scale != 0.f ? double(w.scale) : 1.0 / std::sqrt(double(geo.head_k_dim));
   p.qk_l2norm = w.qk_l2norm;
   p.slot_idx = static_cast<const int32_t*>(slot_idx.data); p.slot_idx_stride = slot_idx.stride[0];
@@ -217,6 +247,7 @@ GdnRingParams make_ring(const TensorView& d, const TensorView& k, const TensorVi
   r.d_ring = d.data; r.dr_slot = d.stride[0];
   r.k_ring = k.data; r.kr_slot = k.stride[0];
   r.g_ring = g.data; r.gr_slot = g.stride[0];
+  r.g_width = g.ndim == 4 ? int(g.shape[3]) : 1;
   r.cursor = static_cast<const int32_t*>(cursor.data); r.cursor_slot = cursor.stride[0];
   return r;
 }
@@ -269,6 +300,7 @@ void replay_decode(const ReplayDecodeArgs& a, Stream stream) {
 void spec_verify(const VerifyArgs& a, Stream stream) {
   a.spec.validate("spec");
   const Checked c = check_common(a.geo, a.in, a.w, a.out, a.slot_idx, -1, false);
+  reject_per_channel(c, "spec_verify");
   check_state("cache.checkpoint", a.cache.checkpoint, a.geo, c, -1);
   const int64_t slots = a.cache.checkpoint.shape[0];
   const int R = a.spec.ring_len();
@@ -312,6 +344,7 @@ void classic_spec_decode(const ClassicSpecArgs& a, Stream stream) {
   Arg si("state_indices", a.state_indices);
   si.required().nonnegative_strides().dtype(DType::i32).shape({{-1, "rows"}, {a.window, "window"}});
   const Checked c = check_common(a.geo, a.in, a.w, a.out, col0, -1, false);
+  reject_per_channel(c, "classic_spec_decode");
   si.device(c.dev);
   check_state("state", a.state, a.geo, c, -1);
   const int64_t slots = a.state.shape[0];

@@ -27,7 +27,11 @@ struct GdnStepParams {
   void* out = nullptr;     int64_t out_tok = 0, out_head = 0;
 
   const void* A_log = nullptr;   int64_t A_log_stride = 1;    // [HV]
-  const void* dt_bias = nullptr; int64_t dt_bias_stride = 1;  // [HV]
+  const void* dt_bias = nullptr; int64_t dt_bias_stride = 1;  // [HV] or [HV][K]
+  // Per-channel decay gates (Kimi-Delta-style; CPU backend): a is [tokens][HV][K] (channel stride a_chan),
+  // dt_bias [HV] (dt_bias_chan = 0) or [HV][K]; g, alpha are K-vectors. False: a is [tokens][HV].
+  bool gate_per_channel = false;
+  int64_t a_chan = 0, dt_bias_chan = 0;
   double scale = 1.0;             // resolved (never 0 here); T(scale) in the kernels
   bool qk_l2norm = true;
 
@@ -45,7 +49,8 @@ struct GdnRingParams {
   DType d_dtype = DType::f32, k_dtype = DType::f32, g_dtype = DType::f32;
   void* d_ring = nullptr; int64_t dr_slot = 0;                // [slot][HV][R][V]
   void* k_ring = nullptr; int64_t kr_slot = 0;                // [slot][H][R][K]
-  void* g_ring = nullptr; int64_t gr_slot = 0;                // [slot][HV][R]
+  void* g_ring = nullptr; int64_t gr_slot = 0;                // [slot][HV][R] or [slot][HV][R][K]
+  int g_width = 1;                                            // 1, or K with per-channel gates
   const int32_t* cursor = nullptr; int64_t cursor_slot = 1;   // [slot] (w) or [slot][2] (w, origin)
 };
 

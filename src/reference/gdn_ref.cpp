@@ -39,12 +39,20 @@ void run(const RefArgs& A, bool sequence) {
   need(A.in.q.ndim == 3 && A.in.q.shape[1] == H && A.in.q.shape[2] == K, "in.q", "expected [tokens, H, K]");
   need(A.in.k.ndim == 3 && A.in.k.shape[0] == tokens && A.in.k.shape[1] == H && A.in.k.shape[2] == K, "in.k", "expected [tokens, H, K]");
   need(A.in.v.ndim == 3 && A.in.v.shape[0] == tokens && A.in.v.shape[1] == HV && A.in.v.shape[2] == V, "in.v", "expected [tokens, HV, V]");
-  need(A.in.a.ndim == 2 && A.in.a.shape[0] == tokens && A.in.a.shape[1] == HV, "in.a", "expected [tokens, HV]");
+  // Per-channel decay gates (Kimi-Delta-style): a [tokens, HV, K], dt_bias [HV] or [HV, K].
+  const bool per_channel = A.in.a.ndim == 3;
+  if (per_channel)
+    need(A.in.a.shape[0] == tokens && A.in.a.shape[1] == HV && A.in.a.shape[2] == K, "in.a", "expected [tokens, HV, K]");
+  else
+    need(A.in.a.ndim == 2 && A.in.a.shape[0] == tokens && A.in.a.shape[1] == HV, "in.a", "expected [tokens, HV] or [tokens, HV, K]");
   need(A.in.b.ndim == 2 && A.in.b.shape[0] == tokens && A.in.b.shape[1] == HV, "in.b", "expected [tokens, HV]");
   need(A.out.ndim == 3 && A.out.shape[0] == tokens && A.out.shape[1] == HV && A.out.shape[2] == V, "out", "expected [tokens, HV, V]");
   need(A.state.ndim == 4 && A.state.shape[1] == HV && A.state.shape[2] == V && A.state.shape[3] == K, "state", "expected [slots, HV, V, K]");
   need(A.w.A_log.ndim == 1 && A.w.A_log.shape[0] == HV, "w.A_log", "expected [HV]");
-  need(A.w.dt_bias.ndim == 1 && A.w.dt_bias.shape[0] == HV, "w.dt_bias", "expected [HV]");
+  const bool bias_ch = A.w.dt_bias.ndim == 2;
+  need((A.w.dt_bias.ndim == 1 && A.w.dt_bias.shape[0] == HV) ||
+           (per_channel && bias_ch && A.w.dt_bias.shape[0] == HV && A.w.dt_bias.shape[1] == K),
+       "w.dt_bias", "expected [HV] (or [HV, K] with per-channel gates)");
   if (sequence)
     need(A.query_start_loc.ndim == 1 && A.query_start_loc.shape[0] == rows + 1 && A.query_start_loc.dtype == DType::i32,
          "query_start_loc", "expected [rows + 1] int32");
@@ -55,7 +63,7 @@ void run(const RefArgs& A, bool sequence) {
              A.state_trace.shape[2] == V && A.state_trace.shape[3] == K, "state_trace", "expected [tokens, HV, V, K]");
   const double scale = A.w.scale != 0.f ? double(A.w.scale) : 1.0 / std::sqrt(double(K));
 
-  std::vector<double> q(K), k(K), S(size_t(V) * K);
+  std::vector<double> q(K), k(K), S(size_t(V) * K), al(K), sd(K);
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t slot = get_i32(A.slot_idx, r);
     if (slot < 0) continue;
@@ -83,6 +91,29 @@ void run(const RefArgs& A, bool sequence) {
           k[c] = k[c] * rk;
           kq += k[c] * q[c];
         }
+        if (per_channel) {
+          // S' = S diag(alpha) (column c decays by alpha_c); d = beta (v - S' k); S = S' + d k^T; o = S q.
+          double beta = 0;
+          for (int c = 0; c < K; ++c) {
+            const double bias = bias_ch ? get(A.w.dt_bias, {hv, c}) : get(A.w.dt_bias, {hv});
+            const Gates gc = gates(get(A.in.a, {t, hv, c}), get(A.in.b, {t, hv}), get(A.w.A_log, {hv}), bias);
+            al[c] = gc.alpha;
+            beta = gc.beta;
+          }
+          for (int i = 0; i < V; ++i) {
+            double* s = &S[size_t(i) * K];
+            double sk = 0, sq = 0;
+            for (int c = 0; c < K; ++c) {
+              sd[c] = al[c] * s[c];
+              sk += sd[c] * k[c];
+              sq += sd[c] * q[c];
+            }
+            const double d = beta * (get(A.in.v, {t, hv, i}) - sk);
+            put(A.out, {t, hv, i}, sq + d * kq);
+            const double du = round_to(A.update_round, d);
+            for (int c = 0; c < K; ++c) s[c] = sd[c] + du * round_to(A.update_round, k[c]);
+          }
+        } else {
         const Gates gt = gates(get(A.in.a, {t, hv}), get(A.in.b, {t, hv}), get(A.w.A_log, {hv}), get(A.w.dt_bias, {hv}));
         for (int i = 0; i < V; ++i) {
           double* s = &S[size_t(i) * K];
@@ -92,6 +123,7 @@ void run(const RefArgs& A, bool sequence) {
           put(A.out, {t, hv, i}, gt.alpha * sq + d * kq);
           const double du = round_to(A.update_round, d);
           for (int c = 0; c < K; ++c) s[c] = gt.alpha * s[c] + du * round_to(A.update_round, k[c]);
+        }
         }
         // The carried state is what the pool holds: round it to the pool's dtype.
         for (int i = 0; i < V; ++i)

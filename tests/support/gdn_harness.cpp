@@ -51,6 +51,22 @@ Tokens make_tokens(const GdnGeometry& geo, DType act, int64_t tokens, std::mt199
   return t;
 }
 
+void make_per_channel(Tokens& t, std::mt19937_64& rng) {
+  t.a = HostTensor(t.a.dtype(), {t.tokens(), t.geo.v_heads, t.geo.head_k_dim});
+  t.a.fill_uniform(rng, -2.0, 2.0);
+}
+void make_per_channel(Weights& w, const GdnGeometry& geo, std::mt19937_64& rng) {
+  w.dt_bias = HostTensor(DType::f32, {geo.v_heads, geo.head_k_dim});
+  std::uniform_real_distribution<double> dt(std::log(1e-3), std::log(0.1));
+  for (int h = 0; h < geo.v_heads; ++h)
+    for (int c = 0; c < geo.head_k_dim; ++c) w.dt_bias.set({h, c}, std::log(std::expm1(std::exp(dt(rng)))));
+}
+void make_per_channel(ReplayCaches& c, const GdnGeometry& geo) {
+  const TensorView& g = c.g_ring.view();
+  c.g_ring = HostTensor(g.dtype, {g.shape[0], geo.v_heads, g.shape[2], geo.head_k_dim}, kSlotPad / 2);
+  c.g_ring.fill_bytes(0xff);
+}
+
 replayssm::gdn::TokenInputs slice(const replayssm::gdn::TokenInputs& in, int64_t t0, int64_t n) {
   auto cut = [&](TensorView v) {
     v.data = static_cast<char*>(v.data) + t0 * v.stride[0] * dtype_size(v.dtype);

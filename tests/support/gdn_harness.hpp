@@ -47,6 +47,11 @@ struct ReplayCaches {
   replayssm::gdn::ReplayCache view() const;
   replayssm::gdn::SpecCache spec_view() const;  // same tensors; cursor must be [slots, 2]
 };
+// Per-channel decay gates (Kimi-Delta-style): a becomes [tokens, HV, K] (same range), dt_bias [HV, K],
+// the g ring [slots, HV, R, K] (poisoned).
+void make_per_channel(Tokens& t, std::mt19937_64& rng);
+void make_per_channel(Weights& w, const GdnGeometry& geo, std::mt19937_64& rng);
+void make_per_channel(ReplayCaches& c, const GdnGeometry& geo);
 // ring positions R; cursor_cols 1 (standard) or 2 (speculative). Checkpoint random, rings poisoned.
 ReplayCaches make_caches(const GdnGeometry& geo, DType state, DType ring, int64_t slots, int R, int cursor_cols,
                          std::mt19937_64& rng);

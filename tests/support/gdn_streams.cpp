@@ -28,8 +28,12 @@ static HostTensor masked_slots(const std::vector<int32_t>& ids, const std::vecto
 StreamStats run_replay_stream(const StreamConfig& c, const StepHook& hook) {
   std::mt19937_64 rng(c.seed);
   const int64_t rows = int64_t(c.slot_ids.size());
-  const Weights w = make_weights(c.geo, rng);
+  Weights w = make_weights(c.geo, rng);
   ReplayCaches cache = make_caches(c.geo, c.state, c.ring, c.slots, c.L, 1, rng);
+  if (c.per_channel) {
+    make_per_channel(w, c.geo, rng);
+    make_per_channel(cache, c.geo);
+  }
   HostTensor truth = to_f64_pool(cache.checkpoint);
   HostTensor slot_idx = i32(c.slot_ids);
   std::vector<int> live;
@@ -38,6 +42,7 @@ StreamStats run_replay_stream(const StreamConfig& c, const StepHook& hook) {
   StreamStats st;
   for (int step = 0; step < c.steps; ++step) {
     Tokens tok = make_tokens(c.geo, c.act, rows, rng);
+    if (c.per_channel) make_per_channel(tok, rng);
     HostTensor out = make_out(c.geo, c.act, rows);
     replayssm::gdn::ReplayDecodeArgs a{c.geo, tok.view(), w.view(), cache.view(), slot_idx.view(), out.view()};
     std::vector<char> flush(size_t(rows), 0), append(size_t(rows), 0);

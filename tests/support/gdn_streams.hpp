@@ -22,6 +22,7 @@ struct StreamConfig {
   // Speculative: accepted count for (step, row, window length n, slot flushed this step);
   // unset = uniform in [1, n].
   std::function<int(int, int, int, bool)> accept;
+  bool per_channel = false;        // standard stream only: Kimi-Delta-style per-channel decay gates
 };
 
 struct StreamStats {

@@ -6,6 +6,9 @@
 //   beta = sigmoid(b) (not rounded);  q, k L2-normalised (eps 1e-6 inside the sqrt) if qk_l2norm;
 //   q *= scale (0 -> 1/sqrt(K));  d = beta (v - alpha S k);  S <- alpha S + d k^T;
 //   o = S q = alpha S_old q + d (k.q).
+// Per-channel gates (in.a [tokens, HV, K], dt_bias [HV] or [HV, K]; Kimi Delta Attention's form):
+//   alpha_c = exp(-exp(A_log) softplus(a_c + dt_bias_c)),  S' = S diag(alpha),  d = beta (v - S' k),
+//   S <- S' + d k^T,  o = S q = S' q + d (k.q).
 #pragma once
 #include "replayssm/gdn.hpp"
 
