@@ -10,12 +10,13 @@
 //   S = alpha * S + d k^T ;  o = S q
 // ReplaySSM caches (d, normalised k, g) per token: with d known the recurrence is linear, so
 //   S_w = exp(G) S0 + sum_j exp(G - G_j) d_j k_j^T   (G_j prefix sums of g).
-// Per-channel decay gates (the Kimi Delta Attention form; decode and replay_decode on the CPU backend):
+// Per-channel decay gates (the Kimi Delta Attention form; every op, CPU backend only for now):
 // a is [tokens, HV, K], dt_bias [HV] or [HV, K], g and alpha are K-vectors acting on the key columns,
 //   S' = S diag(alpha),  d = beta (v - S' k),  S = S' + d k^T,  o = S q;
 // the ring keeps K log-decays per token (g_ring [slots, HV, L, K]) and
 //   S_w = S0 diag(exp(G)) + sum_j d_j (k_j o exp(G - G_j))^T   (o: elementwise, per channel).
-// spec_verify, classic_spec_decode and the CUDA kernels take per-head gates only (in.a is named).
+// The speculative ops solve the window with per-channel decays in the same way. The CUDA kernels take
+// per-head gates only (a per-channel in.a on a CUDA device is rejected naming in.a).
 #pragma once
 #include "replayssm/cursor.hpp"
 #include "replayssm/geometry.hpp"

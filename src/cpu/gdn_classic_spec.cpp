@@ -4,7 +4,8 @@
 // The start state is copied into scratch first because the start slot is usually one of the
 // destinations. The carried state is rounded to the state dtype after every token, exactly as if
 // it had been re-read from its slot, so accepting t tokens gives the state t classic decode steps
-// would give.
+// would give. Per-channel gates: the step of gdn_decode.cpp (step_row_per_channel).
+#include <cmath>
 #include <vector>
 
 #include "cpu/gdn_common.hpp"
@@ -22,7 +23,7 @@ void run(const GdnClassicSpecParams& P) {
   const int64_t VK = int64_t(V) * K;
 #pragma omp parallel
   {
-    std::vector<T> q(K), k(K), v(V), o(V), Sp(static_cast<size_t>(VK));
+    std::vector<T> q(K), k(K), v(V), o(V), al(K), Sp(static_cast<size_t>(VK));
 #pragma omp for collapse(2) schedule(static)
     for (int r = 0; r < p.rows; ++r)
       for (int hv = 0; hv < HV; ++hv) {
@@ -32,13 +33,19 @@ void run(const GdnClassicSpecParams& P) {
         const int t0 = P.query_start_loc[r], n = P.query_start_loc[r + 1] - t0;
         load_row<T>(at(p.state, p.state_dtype, start * p.state_slot + hv * VK), p.state_dtype, int(VK), Sp.data());
         for (int a = 0; a < n; ++a) {
-          const TokenPrep<T> t = prep_token<T>(p, t0 + a, hv, q.data(), k.data(), v.data());
-          for (int i = 0; i < V; ++i) {
-            T* s = &Sp[size_t(i) * K];
-            const T d = t.beta * (v[i] - t.alpha * dot(s, k.data(), K));
+          const TokenPrep<T> t = prep_token<T>(p, t0 + a, hv, q.data(), k.data(), v.data(), al.data());
+          if (p.gate_per_channel) {
+            for (int c = 0; c < K; ++c) al[c] = std::exp(al[c]);
+            for (int i = 0; i < V; ++i)
+              o[i] = step_row_per_channel(&Sp[size_t(i) * K], al.data(), k.data(), q.data(), t.beta, v[i], K);
+          } else {
+            for (int i = 0; i < V; ++i) {
+              T* s = &Sp[size_t(i) * K];
+              const T d = t.beta * (v[i] - t.alpha * dot(s, k.data(), K));
 #pragma omp simd
-            for (int j = 0; j < K; ++j) s[j] = t.alpha * s[j] + d * k[j];
-            o[i] = dot(s, q.data(), K);
+              for (int j = 0; j < K; ++j) s[j] = t.alpha * s[j] + d * k[j];
+              o[i] = dot(s, q.data(), K);
+            }
           }
           store_row<T>(at(p.out, p.out_dtype, int64_t(t0 + a) * p.out_tok + hv * p.out_head), p.out_dtype, V, o.data());
           round_row<T>(p.state_dtype, int(VK), Sp.data());

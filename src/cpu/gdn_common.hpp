@@ -127,4 +127,14 @@ inline TokenPrep<T> prep_token(const GdnStepParams& p, int64_t tok, int hv, T* q
 
 inline int32_t slot_of(const GdnStepParams& p, int row) { return p.slot_idx[row * p.slot_idx_stride]; }
 
+// One per-channel delta-rule step of state row s (K values, v-row value v), in place: s_c *= alpha_c,
+// d = beta (v - s.k), s += d k; returns o = s.q. With equal alphas this is the per-head step.
+template <class T>
+inline T step_row_per_channel(T* s, const T* alpha, const T* k, const T* q, T beta, T v, int K) {
+  for (int c = 0; c < K; ++c) s[c] *= alpha[c];
+  const T d = beta * (v - dot(s, k, K));
+  axpy(d, k, s, K);
+  return dot(s, q, K);
+}
+
 }  // namespace replayssm::cpu::gdn_detail

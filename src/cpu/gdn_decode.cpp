@@ -32,10 +32,7 @@ void run(const GdnStepParams& p) {
           for (int i = 0; i < V; ++i) {
             void* row = at(S, p.state_dtype, int64_t(i) * K);
             load_row<T>(row, p.state_dtype, K, s.data());
-            for (int c = 0; c < K; ++c) s[c] *= al[c];
-            const T d = t.beta * (v[i] - dot(s.data(), k.data(), K));
-            axpy(d, k.data(), s.data(), K);
-            o[i] = dot(s.data(), q.data(), K);
+            o[i] = step_row_per_channel(s.data(), al.data(), k.data(), q.data(), t.beta, v[i], K);
             store_row<T>(row, p.state_dtype, K, s.data());
           }
           store_row<T>(at(p.out, p.out_dtype, r * p.out_tok + hv * p.out_head), p.out_dtype, V, o.data());

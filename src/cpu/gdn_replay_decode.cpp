@@ -166,13 +166,8 @@ void run_per_channel(const GdnReplayParams& P) {
           }
           for (int j = 0; j < w; ++j)
             for (int i = 0; i < V; ++i) axpy(dh[size_t(j) * V + i], &kh[size_t(j) * K], &Sp[size_t(i) * K], K);
-          for (int i = 0; i < V; ++i) {  // S_prev -> one step (as gdn_decode's per-channel step)
-            T* si = &Sp[size_t(i) * K];
-            for (int c = 0; c < K; ++c) si[c] *= al[c];
-            const T di = t.beta * (v[i] - dot(si, k.data(), K));
-            axpy(di, k.data(), si, K);
-            o[i] = dot(si, q.data(), K);
-          }
+          for (int i = 0; i < V; ++i)  // S_prev -> one step
+            o[i] = step_row_per_channel(&Sp[size_t(i) * K], al.data(), k.data(), q.data(), t.beta, v[i], K);
           store_row<T>(S0, p.state_dtype, V * K, Sp.data());
         }
         store_row<T>(at(p.out, p.out_dtype, r * p.out_tok + hv * p.out_head), p.out_dtype, V, o.data());

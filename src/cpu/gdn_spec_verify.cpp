@@ -11,6 +11,9 @@
 //      by forward substitution, and o_s = exp(Gam_s) S_h q_s + sum_{j<=s} exp(Gam_s - Gam_j) (k_j.q_s) d_j.
 //   3. The window's (d, k, g) go to logical positions w .. w+n-1; commit_cursors keeps the
 //      accepted prefix. Under the strict early-flush rule w + n <= R, so no live entry is overwritten.
+// Per-channel gates (run_per_channel): G, Gam are K-vectors; every exp(Gam_s - Gam_j) (k_j . x) becomes
+// sum_c k_jc x_c exp(Gam_sc - Gam_jc), S_h k_s becomes S_h (exp(Gam_s) o k_s), and the history keys are
+// decayed per channel (k_c o exp(G - G_c)) as in gdn_replay_decode.cpp.
 #include <cmath>
 #include <vector>
 
@@ -135,9 +138,136 @@ void run(const GdnVerifyParams& P) {
   }
 }
 
+template <class T>
+void run_per_channel(const GdnVerifyParams& P) {
+  const GdnStepParams& p = P.step;
+  const GdnRingParams& R = P.ring;
+  const int HV = p.v_heads, K = p.head_k_dim, V = p.head_v_dim, RL = R.ring, mask = RL - 1;
+  const int vpk = HV / p.k_heads, T_ = P.window;
+#pragma omp parallel
+  {
+    std::vector<T> s(K), tot(K), G(size_t(RL) * K), kh(size_t(RL) * K), dh(size_t(RL) * V), Sp;
+    std::vector<T> qw(size_t(T_) * K), kw(size_t(T_) * K), vw(size_t(T_) * V), gw(size_t(T_) * K), gam(size_t(T_) * K);
+    std::vector<T> eq(size_t(T_) * K), ek(size_t(T_) * K), wq(K), wk(K);
+    std::vector<T> HQ(size_t(T_) * V), HK(size_t(T_) * V), D(size_t(T_) * V), O(size_t(T_) * V);
+    std::vector<T> beta(T_), KK(size_t(T_) * T_), KQ(size_t(T_) * T_);
+#pragma omp for collapse(2) schedule(static)
+    for (int r = 0; r < p.rows; ++r)
+      for (int hv = 0; hv < HV; ++hv) {
+        const int32_t slot = slot_of(p, r);
+        if (slot < 0) continue;
+        const int w = R.cursor[slot * R.cursor_slot], origin = R.cursor[slot * R.cursor_slot + 1];
+        const int t0 = P.query_start_loc[r], n = P.query_start_loc[r + 1] - t0;
+        if (n <= 0) continue;
+        const bool flush = w + 2 * P.window > P.history + P.window;
+        const int h = hv / vpk;
+        char* gr = static_cast<char*>(at(R.g_ring, R.g_dtype, slot * R.gr_slot + int64_t(hv) * RL * K));
+        char* dr = static_cast<char*>(at(R.d_ring, R.d_dtype, slot * R.dr_slot + int64_t(hv) * RL * V));
+        char* kr = static_cast<char*>(at(R.k_ring, R.k_dtype, slot * R.kr_slot + int64_t(h) * RL * K));
+
+        // History in logical order: per-channel prefix sums, keys decayed to the window start.
+        for (int c = 0; c < w; ++c) {
+          const int ph = (origin + c) & mask;
+          T* Gc = &G[size_t(c) * K];
+          load_row<T>(at(gr, R.g_dtype, int64_t(ph) * K), R.g_dtype, K, Gc);
+          if (c > 0)
+            for (int e = 0; e < K; ++e) Gc[e] += G[size_t(c - 1) * K + e];
+          load_row<T>(at(dr, R.d_dtype, int64_t(ph) * V), R.d_dtype, V, &dh[size_t(c) * V]);
+          load_row<T>(at(kr, R.k_dtype, int64_t(ph) * K), R.k_dtype, K, &kh[size_t(c) * K]);
+        }
+        for (int e = 0; e < K; ++e) tot[e] = std::exp(w > 0 ? G[size_t(w - 1) * K + e] : T(0));
+        for (int c = 0; c < w; ++c)
+          for (int e = 0; e < K; ++e) kh[size_t(c) * K + e] *= std::exp(G[size_t(w - 1) * K + e] - G[size_t(c) * K + e]);
+
+        // Window inputs; Gam_j (inclusive, per channel); eq_j = exp(Gam_j) o q_j, ek_j likewise.
+        for (int j = 0; j < n; ++j) {
+          T* gj = &gw[size_t(j) * K];
+          const TokenPrep<T> tp = prep_token<T>(p, t0 + j, hv, &qw[size_t(j) * K], &kw[size_t(j) * K], &vw[size_t(j) * V], gj);
+          beta[j] = tp.beta;
+          for (int e = 0; e < K; ++e) {
+            gam[size_t(j) * K + e] = gj[e] + (j > 0 ? gam[size_t(j - 1) * K + e] : T(0));
+            const T x = std::exp(gam[size_t(j) * K + e]);
+            eq[size_t(j) * K + e] = x * qw[size_t(j) * K + e];
+            ek[size_t(j) * K + e] = x * kw[size_t(j) * K + e];
+          }
+        }
+
+        // S_h (exp(Gam_s) o q_s) and S_h (exp(Gam_s) o k_s).
+        void* S0 = at(p.state, p.state_dtype, slot * p.state_slot + int64_t(hv) * V * K);
+        if (flush) {
+          Sp.resize(size_t(V) * K);
+          for (int i = 0; i < V; ++i) {
+            T* si = &Sp[size_t(i) * K];
+            load_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, si);
+            for (int e = 0; e < K; ++e) si[e] *= tot[e];
+          }
+          for (int c = 0; c < w; ++c)
+            for (int i = 0; i < V; ++i) axpy(dh[size_t(c) * V + i], &kh[size_t(c) * K], &Sp[size_t(i) * K], K);
+          if (w > 0) {
+            store_row<T>(S0, p.state_dtype, V * K, Sp.data());
+            round_row<T>(p.state_dtype, V * K, Sp.data());  // continue from the stored checkpoint
+          }
+          for (int i = 0; i < V; ++i)
+            for (int j = 0; j < n; ++j) {
+              HQ[size_t(j) * V + i] = dot(&Sp[size_t(i) * K], &eq[size_t(j) * K], K);
+              HK[size_t(j) * V + i] = dot(&Sp[size_t(i) * K], &ek[size_t(j) * K], K);
+            }
+        } else {
+          for (int i = 0; i < V; ++i) {
+            load_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, s.data());
+            for (int j = 0; j < n; ++j) {
+              for (int e = 0; e < K; ++e) { wq[e] = tot[e] * eq[size_t(j) * K + e]; wk[e] = tot[e] * ek[size_t(j) * K + e]; }
+              HQ[size_t(j) * V + i] = dot(s.data(), wq.data(), K);
+              HK[size_t(j) * V + i] = dot(s.data(), wk.data(), K);
+            }
+          }
+          for (int c = 0; c < w; ++c)
+            for (int j = 0; j < n; ++j) {
+              const T* kc = &kh[size_t(c) * K];
+              axpy(dot(kc, &eq[size_t(j) * K], K), &dh[size_t(c) * V], &HQ[size_t(j) * V], V);
+              axpy(dot(kc, &ek[size_t(j) * K], K), &dh[size_t(c) * V], &HK[size_t(j) * V], V);
+            }
+        }
+
+        // Intra-window: KK[a][j] = sum_c k_jc k_ac exp(Gam_ac - Gam_jc) (KQ with q_a), j <= a.
+        for (int a = 0; a < n; ++a)
+          for (int j = 0; j <= a; ++j) {
+            T kk = 0, kq = 0;
+            for (int e = 0; e < K; ++e) {
+              const T x = kw[size_t(j) * K + e] * std::exp(gam[size_t(a) * K + e] - gam[size_t(j) * K + e]);
+              kk += x * kw[size_t(a) * K + e];
+              kq += x * qw[size_t(a) * K + e];
+            }
+            KK[size_t(a) * T_ + j] = kk;
+            KQ[size_t(a) * T_ + j] = kq;
+          }
+        for (int a = 0; a < n; ++a) {
+          T* da = &D[size_t(a) * V];
+          for (int i = 0; i < V; ++i) da[i] = beta[a] * (vw[size_t(a) * V + i] - HK[size_t(a) * V + i]);
+          for (int j = 0; j < a; ++j) axpy(-beta[a] * KK[size_t(a) * T_ + j], &D[size_t(j) * V], da, V);
+          T* oa = &O[size_t(a) * V];
+          for (int i = 0; i < V; ++i) oa[i] = HQ[size_t(a) * V + i];
+          for (int j = 0; j <= a; ++j) axpy(KQ[size_t(a) * T_ + j], &D[size_t(j) * V], oa, V);
+          store_row<T>(at(p.out, p.out_dtype, int64_t(t0 + a) * p.out_tok + hv * p.out_head), p.out_dtype, V, oa);
+        }
+
+        for (int a = 0; a < n; ++a) {
+          const int ph = (origin + w + a) & mask;
+          store_row<T>(at(dr, R.d_dtype, int64_t(ph) * V), R.d_dtype, V, &D[size_t(a) * V]);
+          store_row<T>(at(gr, R.g_dtype, int64_t(ph) * K), R.g_dtype, K, &gw[size_t(a) * K]);
+          if (hv % vpk == 0) store_row<T>(at(kr, R.k_dtype, int64_t(ph) * K), R.k_dtype, K, &kw[size_t(a) * K]);
+        }
+      }
+  }
+}
+
 }  // namespace
 
 void gdn_spec_verify(const GdnVerifyParams& p) {
+  if (p.step.gate_per_channel) {
+    if (p.step.act == DType::f64) run_per_channel<double>(p); else run_per_channel<float>(p);
+    return;
+  }
   if (p.step.act == DType::f64) run<double>(p); else run<float>(p);
 }
 

@@ -53,7 +53,7 @@ Checked check_common(const GdnGeometry& geo, const TokenInputs& in, const Weight
   Arg("in.v", in.v).required().nonnegative_strides().device(c.dev)
       .shape({{c.tokens, "tokens"}, {HV, "v_heads"}, {V, "head_v_dim"}}).dtype(c.act).inner_contiguous();
   // in.a: one decay gate per v-head [tokens, v_heads] (Gated DeltaNet), or one per key channel
-  // [tokens, v_heads, head_k_dim] (Kimi-Delta-style; decode and replay_decode on the CPU backend).
+  // [tokens, v_heads, head_k_dim] (Kimi-Delta-style; every op on the CPU backend, not yet on CUDA).
   c.gate_ch = in.a.defined() && in.a.ndim == 3;
   Arg aa("in.a", in.a);
   aa.required().nonnegative_strides().device(c.dev).dtype_in(kFloatTypes);
@@ -100,13 +100,6 @@ void check_ring_dtype(Arg& a, DType act) {
   if (a.view().dtype != DType::f32 && a.view().dtype != act)
     a.fail("expected dtype float32 or " + std::string(dtype_name(act)) + " (the activation dtype), got " +
            std::string(dtype_name(a.view().dtype)));
-}
-
-// Per-channel gates are implemented for decode and replay_decode on the CPU; every other op names in.a.
-void reject_per_channel(const Checked& c, const char* op) {
-  if (c.gate_ch)
-    throw Error("in.a", std::string("per-channel decay gates ([tokens, v_heads, head_k_dim]) are supported by decode and "
-                                    "replay_decode on the CPU backend; ") + op + " takes [tokens, v_heads]");
 }
 
 // d/k/g rings and the cursor; returns the ring length.
@@ -300,7 +293,6 @@ void replay_decode(const ReplayDecodeArgs& a, Stream stream) {
 void spec_verify(const VerifyArgs& a, Stream stream) {
   a.spec.validate("spec");
   const Checked c = check_common(a.geo, a.in, a.w, a.out, a.slot_idx, -1, false);
-  reject_per_channel(c, "spec_verify");
   check_state("cache.checkpoint", a.cache.checkpoint, a.geo, c, -1);
   const int64_t slots = a.cache.checkpoint.shape[0];
   const int R = a.spec.ring_len();
@@ -344,7 +336,6 @@ void classic_spec_decode(const ClassicSpecArgs& a, Stream stream) {
   Arg si("state_indices", a.state_indices);
   si.required().nonnegative_strides().dtype(DType::i32).shape({{-1, "rows"}, {a.window, "window"}});
   const Checked c = check_common(a.geo, a.in, a.w, a.out, col0, -1, false);
-  reject_per_channel(c, "classic_spec_decode");
   si.device(c.dev);
   check_state("state", a.state, a.geo, c, -1);
   const int64_t slots = a.state.shape[0];

@@ -28,7 +28,7 @@ struct GdnStepParams {
 
   const void* A_log = nullptr;   int64_t A_log_stride = 1;    // [HV]
   const void* dt_bias = nullptr; int64_t dt_bias_stride = 1;  // [HV] or [HV][K]
-  // Per-channel decay gates (Kimi-Delta-style; CPU backend): a is [tokens][HV][K] (channel stride a_chan),
+  // Per-channel decay gates (Kimi-Delta-style; CPU kernels): a is [tokens][HV][K] (channel stride a_chan),
   // dt_bias [HV] (dt_bias_chan = 0) or [HV][K]; g, alpha are K-vectors. False: a is [tokens][HV].
   bool gate_per_channel = false;
   int64_t a_chan = 0, dt_bias_chan = 0;

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <string>
 
-#include "support/gdn_harness.hpp"
+#include "support/gdn_streams.hpp"
 
 namespace replayssm::test::gdn {
 namespace {
@@ -61,50 +61,10 @@ TEST_P(GdnClassicPairs, DecodeMatchesReference) {
 // window token into state_indices[i][t]; chained over steps with random acceptance.
 TEST_P(GdnClassicPairs, ClassicSpecMatchesReference) {
   const Pair p = GetParam();
-  const GdnGeometry geo{2, 4, 32, 16};
-  const int T = 4, rows = 3;
-  std::mt19937_64 rng(11);
-  const Weights w = make_weights(geo, rng);
-  HostTensor state = make_state(geo, p.state, 16, rng);
-  HostTensor truth = clone(state);
-  // row 1 is padding; rows 0 and 2 own slots {2,7,9,4} and {11,0,5,13}
-  HostTensor si = i32_2d({2, 7, 9, 4, -1, -1, -1, -1, 11, 0, 5, 13}, rows, T);
-  std::vector<int32_t> acc = {1, 1, 1};
-  double worst = 0, sworst = 0;
-  for (int step = 0; step < 12; ++step) {
-    std::vector<int32_t> qsl = {0};
-    for (int r = 0; r < rows; ++r) qsl.push_back(qsl.back() + std::uniform_int_distribution<int>(1, T)(rng));
-    const int tokens = qsl.back();
-    Tokens t = make_tokens(geo, p.act, tokens, rng);
-    HostTensor out = make_out(geo, p.act, tokens), rout = make_out(geo, DType::f64, tokens);
-    HostTensor qsl_t = i32(qsl), acc_t = i32(acc);
-    replayssm::gdn::classic_spec_decode({geo, T, t.view(), w.view(), state.view(), si.view(), acc_t.view(), qsl_t.view(), out.view()});
-    // Truth: sequence from the start slots, trace = state after each token.
-    std::vector<int32_t> start(rows, -1);
-    for (int r = 0; r < rows; ++r)
-      if (si.at({r, 0}) >= 0) start[size_t(r)] = int32_t(si.at({r, acc[size_t(r)] - 1}));
-    HostTensor start_t = i32(start);
-    HostTensor trace(DType::f64, {tokens, geo.v_heads, geo.head_v_dim, geo.head_k_dim});
-    HostTensor scratch = clone(truth);
-    ref::RefArgs ra = ref_args(geo, t.view(), w, scratch, start_t, rout);
-    ra.query_start_loc = qsl_t.view();
-    ra.state_trace = trace.view();
-    ref::decode_sequence(ra);
-    std::vector<int> live;
-    for (int r = 0; r < rows; ++r) {
-      if (start[size_t(r)] < 0) continue;
-      for (int k = qsl[size_t(r)]; k < qsl[size_t(r) + 1]; ++k) {
-        live.push_back(k);
-        copy_slot(trace, k, truth, int(si.at({r, k - qsl[size_t(r)]})));
-      }
-      acc[size_t(r)] = std::uniform_int_distribution<int>(1, qsl[size_t(r) + 1] - qsl[size_t(r)])(rng);
-    }
-    worst = std::max(worst, max_err(rows_values(out, live), rows_values(rout, live)));
-    for (int s = 0; s < 16; ++s) sworst = std::max(sworst, max_err(slot_values(state, s), slot_values(truth, s)));
-  }
-  std::printf("[gdn classic] spec %s: out %.3g state %.3g (tol %.3g)\n", pair_name(p).c_str(), worst, sworst, tol(p));
-  EXPECT_LE(worst, tol(p));
-  EXPECT_LE(sworst, tol(p));
+  const ClassicSpecStats st = run_classic_spec_chain({2, 4, 32, 16}, p.state, p.act, false, 11, 12);
+  std::printf("[gdn classic] spec %s: out %.3g state %.3g (tol %.3g)\n", pair_name(p).c_str(), st.out_err, st.state_err, tol(p));
+  EXPECT_LE(st.out_err, tol(p));
+  EXPECT_LE(st.state_err, tol(p));
 }
 
 INSTANTIATE_TEST_SUITE_P(Pairs, GdnClassicPairs, ::testing::ValuesIn(kPairs), [](const auto& i) { return pair_name(i.param); });

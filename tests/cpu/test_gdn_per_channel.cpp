@@ -1,7 +1,7 @@
 // Per-channel decay gates (the Kimi Delta Attention form of the gated delta rule: one decay per key
-// channel instead of one per head) on the CPU backend: classic decode and ReplaySSM standard decode against
-// the float64 truth, equal per-channel gates == the per-head op, a corrupted g ring fails, and the ops that
-// do not take per-channel gates (speculative, CUDA) name in.a before writing anything.
+// channel instead of one per head) on the CPU backend: classic decode, ReplaySSM standard decode, the
+// speculative verify and the classic speculative path against the float64 truth; equal per-channel gates ==
+// the per-head op; a corrupted g ring fails; mismatched shapes name their argument before anything is written.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -172,11 +172,56 @@ TEST(GdnPerChannel, BadShapesAndUnsupportedOpsNameTheArgument) {
   bad.a = HostTensor(DType::bf16, {3, geo.v_heads, geo.head_k_dim + 1});
   expect([&] { G::decode({geo, bad.view(), w.view(), state.view(), slots.view(), out.view()}); }, "in.a",
          "per-channel a of the wrong width");
+  ReplayCaches spec_head = make_caches(geo, DType::f32, DType::bf16, 4, SpecConfig{8, 4}.ring_len(), 2, rng);
   expect([&] {
-    G::spec_verify({geo, SpecConfig{8, 4}, tch.view(), wch.view(), spec.spec_view(), slots.view(), qsl.view(), out.view()});
-  }, "in.a", "spec_verify with per-channel gates");
-  expect([&] { G::classic_spec_decode({geo, 4, tch.view(), wch.view(), state.view(), si.view(), acc.view(), qsl.view(), out.view()}); },
-         "in.a", "classic_spec_decode with per-channel gates");
+    G::spec_verify({geo, SpecConfig{8, 4}, tch.view(), wch.view(), spec_head.spec_view(), slots.view(), qsl.view(), out.view()});
+  }, "cache.g_ring", "spec_verify: per-channel a with a per-head g ring");
+  (void)si;
+  (void)acc;
+}
+
+// Random window lengths and accepted counts, >= 200 steps with early flushes: every window token against the
+// float64 decode of the accepted stream, the checkpoint after each fold.
+TEST(GdnPerChannel, SpecVerifyRandomAcceptance) {
+  struct Case {
+    DType state, act;
+    int history, window;
+    double out_tol, state_tol;
+  };
+  for (const Case k : {Case{DType::f32, DType::f32, 16, 4, 2e-5, 2e-5}, Case{DType::f32, DType::bf16, 16, 4, 2.5e-2, 1.2e-2},
+                       Case{DType::f32, DType::f32, 8, 8, 2e-5, 2e-5}, Case{DType::f64, DType::f64, 16, 4, 1e-12, 1e-12}}) {
+    StreamConfig c;
+    c.geo = {1, 2, 32, 16};
+    c.state = k.state;
+    c.act = k.act;
+    c.ring = k.act;
+    c.spec = {k.history, k.window};
+    c.slot_ids = {4, -1, 1, 2};
+    c.slots = 6;
+    c.steps = 200;
+    c.seed = 78;
+    c.per_channel = true;
+    const StreamStats st = run_spec_stream(c);
+    std::printf("[gdn per-channel] spec state=%s act=%s B=%d T=%d: out %.3g (tol %.3g) ckpt %.3g (tol %.3g) flushes %d\n",
+                std::string(dtype_name(k.state)).c_str(), std::string(dtype_name(k.act)).c_str(), k.history, k.window,
+                st.max_out(), k.out_tol, st.checkpoint_err, k.state_tol, st.flushes);
+    EXPECT_LE(st.max_out(), k.out_tol);
+    EXPECT_LE(st.checkpoint_err, k.state_tol);
+    EXPECT_GT(st.flushes, 0);
+  }
+}
+
+// The classic speculative path: start slot state_indices[i][accepted - 1], the state after each window token
+// written to state_indices[i][t]; chained over steps with random acceptance, against the float64 sequence.
+TEST(GdnPerChannel, ClassicSpecMatchesReference) {
+  for (DType act : {DType::f32, DType::f64}) {
+    const ClassicSpecStats st = run_classic_spec_chain({2, 4, 32, 16}, act, act, true, 12, 12);
+    const double tol = act == DType::f64 ? 1e-12 : 2e-5;
+    std::printf("[gdn per-channel] classic spec act=%s: out %.3g state %.3g (tol %.3g)\n",
+                std::string(dtype_name(act)).c_str(), st.out_err, st.state_err, tol);
+    EXPECT_LE(st.out_err, tol);
+    EXPECT_LE(st.state_err, tol);
+  }
 }
 
 }  // namespace

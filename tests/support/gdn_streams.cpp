@@ -74,12 +74,63 @@ StreamStats run_replay_stream(const StreamConfig& c, const StepHook& hook) {
   return st;
 }
 
+ClassicSpecStats run_classic_spec_chain(const GdnGeometry& geo, DType sd, DType act, bool per_channel, uint64_t seed,
+                                        int steps) {
+  const int T = 4, rows = 3;
+  std::mt19937_64 rng(seed);
+  Weights w = make_weights(geo, rng);
+  if (per_channel) make_per_channel(w, geo, rng);
+  HostTensor state = make_state(geo, sd, 16, rng);
+  HostTensor truth = clone(state);
+  // row 1 is padding; rows 0 and 2 own slots {2,7,9,4} and {11,0,5,13}
+  const HostTensor si = i32_2d({2, 7, 9, 4, -1, -1, -1, -1, 11, 0, 5, 13}, rows, T);
+  std::vector<int32_t> acc = {1, 1, 1};
+  ClassicSpecStats st;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<int32_t> qsl = {0};
+    for (int r = 0; r < rows; ++r) qsl.push_back(qsl.back() + std::uniform_int_distribution<int>(1, T)(rng));
+    const int tokens = qsl.back();
+    Tokens t = make_tokens(geo, act, tokens, rng);
+    if (per_channel) make_per_channel(t, rng);
+    HostTensor out = make_out(geo, act, tokens), rout = make_out(geo, DType::f64, tokens);
+    HostTensor qsl_t = i32(qsl), acc_t = i32(acc);
+    replayssm::gdn::classic_spec_decode({geo, T, t.view(), w.view(), state.view(), si.view(), acc_t.view(), qsl_t.view(), out.view()});
+    // Truth: sequence from the start slots, trace = state after each token.
+    std::vector<int32_t> start(rows, -1);
+    for (int r = 0; r < rows; ++r)
+      if (si.at({r, 0}) >= 0) start[size_t(r)] = int32_t(si.at({r, acc[size_t(r)] - 1}));
+    HostTensor start_t = i32(start);
+    HostTensor trace(DType::f64, {tokens, geo.v_heads, geo.head_v_dim, geo.head_k_dim});
+    HostTensor scratch = clone(truth);
+    ref::RefArgs ra = ref_args(geo, t.view(), w, scratch, start_t, rout);
+    ra.query_start_loc = qsl_t.view();
+    ra.state_trace = trace.view();
+    ref::decode_sequence(ra);
+    std::vector<int> live;
+    for (int r = 0; r < rows; ++r) {
+      if (start[size_t(r)] < 0) continue;
+      for (int k = qsl[size_t(r)]; k < qsl[size_t(r) + 1]; ++k) {
+        live.push_back(k);
+        copy_slot(trace, k, truth, int(si.at({r, k - qsl[size_t(r)]})));
+      }
+      acc[size_t(r)] = std::uniform_int_distribution<int>(1, qsl[size_t(r) + 1] - qsl[size_t(r)])(rng);
+    }
+    st.out_err = std::max(st.out_err, max_err(rows_values(out, live), rows_values(rout, live)));
+    for (int s = 0; s < 16; ++s) st.state_err = std::max(st.state_err, max_err(slot_values(state, s), slot_values(truth, s)));
+  }
+  return st;
+}
+
 StreamStats run_spec_stream(const StreamConfig& c, bool full_windows, const StepHook& hook) {
   std::mt19937_64 rng(c.seed);
   const int rows = int(c.slot_ids.size());
   const int T = c.spec.window;
-  const Weights w = make_weights(c.geo, rng);
+  Weights w = make_weights(c.geo, rng);
   ReplayCaches cache = make_caches(c.geo, c.state, c.ring, c.slots, c.spec.ring_len(), 2, rng);
+  if (c.per_channel) {
+    make_per_channel(w, c.geo, rng);
+    make_per_channel(cache, c.geo);
+  }
   HostTensor truth = to_f64_pool(cache.checkpoint);
   HostTensor slot_idx = i32(c.slot_ids);
   StreamStats st;
@@ -89,6 +140,7 @@ StreamStats run_spec_stream(const StreamConfig& c, bool full_windows, const Step
     for (int r = 0; r < rows; ++r) qsl[size_t(r) + 1] = qsl[size_t(r)] + (full_windows ? T : len(rng));
     const int64_t tokens = qsl.back();
     Tokens tok = make_tokens(c.geo, c.act, tokens, rng);
+    if (c.per_channel) make_per_channel(tok, rng);
     HostTensor out = make_out(c.geo, c.act, tokens), qsl_t = i32(qsl);
     // Flush-due slots fold their history first: the checkpoint the truth continues from is rounded.
     std::vector<int> flushed;

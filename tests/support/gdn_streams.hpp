@@ -22,7 +22,7 @@ struct StreamConfig {
   // Speculative: accepted count for (step, row, window length n, slot flushed this step);
   // unset = uniform in [1, n].
   std::function<int(int, int, int, bool)> accept;
-  bool per_channel = false;        // standard stream only: Kimi-Delta-style per-channel decay gates
+  bool per_channel = false;        // Kimi-Delta-style per-channel decay gates (a [tokens, HV, K])
 };
 
 struct StreamStats {
@@ -41,5 +41,13 @@ StreamStats run_replay_stream(const StreamConfig& c, const StepHook& hook = {});
 // Random window lengths in [1, T] (or T when full_windows), random accepted counts; compares
 // every window token against the float64 decode of the accepted stream.
 StreamStats run_spec_stream(const StreamConfig& c, bool full_windows = false, const StepHook& hook = {});
+
+// The classic speculative path chained over `steps` windows (T = 4, 3 rows, one padding, 16 slots, random
+// window lengths and acceptance) against the float64 sequence from the accepted start states.
+struct ClassicSpecStats {
+  double out_err = 0, state_err = 0;  // max over every live token / every slot
+};
+ClassicSpecStats run_classic_spec_chain(const GdnGeometry& geo, DType state, DType act, bool per_channel, uint64_t seed,
+                                        int steps);
 
 }  // namespace replayssm::test::gdn
