@@ -111,10 +111,11 @@ inline TokenPrep<T> prep_token(const GdnStepParams& p, int64_t tok, int hv, T* q
   const T A_log = load_one<T>(p.A_log, p.w_dtype, hv * p.A_log_stride);
   t.beta = T(1) / (T(1) + std::exp(-b));  // not rounded to b's dtype (see gdn.hpp)
   if (p.gate_per_channel) {
+    const T neg_A = -std::exp(A_log);
     for (int c = 0; c < K; ++c) {
       const T a = load_one<T>(p.a, p.a_dtype, tok * p.a_tok + hv * p.a_head + c * p.a_chan);
       const T bias = load_one<T>(p.dt_bias, p.w_dtype, hv * p.dt_bias_stride + c * p.dt_bias_chan);
-      gch[c] = -std::exp(A_log) * softplus20(a + bias);
+      gch[c] = neg_A * softplus20(a + bias);
     }
     return t;
   }
@@ -126,6 +127,32 @@ inline TokenPrep<T> prep_token(const GdnStepParams& p, int64_t tok, int hv, T* q
 }
 
 inline int32_t slot_of(const GdnStepParams& p, int row) { return p.slot_idx[row * p.slot_idx_stride]; }
+
+// Per-channel history (replay decode and verify): G holds the w raw log-decay rows g_c (K each) and kh the w
+// keys, in logical order. Afterwards G holds the inclusive prefix sums, tot = exp(G_{w-1}) (all ones for w = 0)
+// and kh_c = k_c o exp(G_{w-1} - G_c): every history key decayed to the end of the history.
+template <class T>
+inline void decay_history_per_channel(T* G, T* kh, T* tot, int w, int K) {
+  for (int c = 1; c < w; ++c)
+    for (int e = 0; e < K; ++e) G[size_t(c) * K + e] += G[size_t(c - 1) * K + e];
+  for (int e = 0; e < K; ++e) tot[e] = std::exp(w > 0 ? G[size_t(w - 1) * K + e] : T(0));
+  for (int c = 0; c < w; ++c)
+    for (int e = 0; e < K; ++e) kh[size_t(c) * K + e] *= std::exp(G[size_t(w - 1) * K + e] - G[size_t(c) * K + e]);
+}
+
+// The state after the history, per channel: Sp = S0 diag(tot) + sum_{c<w} dh_c kh_c^T (kh already decayed by
+// decay_history_per_channel). Sp holds V rows of K.
+template <class T>
+inline void materialise_per_channel(const void* S0, DType state_dtype, const T* tot, const T* dh, const T* kh, int w,
+                                    int V, int K, T* Sp) {
+  for (int i = 0; i < V; ++i) {
+    T* si = &Sp[size_t(i) * K];
+    load_row<T>(at(S0, state_dtype, int64_t(i) * K), state_dtype, K, si);
+    for (int e = 0; e < K; ++e) si[e] *= tot[e];
+  }
+  for (int c = 0; c < w; ++c)
+    for (int i = 0; i < V; ++i) axpy(dh[size_t(c) * V + i], &kh[size_t(c) * K], &Sp[size_t(i) * K], K);
+}
 
 // One per-channel delta-rule step of state row s (K values, v-row value v), in place: s_c *= alpha_c,
 // d = beta (v - s.k), s += d k; returns o = s.q. With equal alphas this is the per-head step.

@@ -127,15 +127,9 @@ void run_per_channel(const GdnReplayParams& P) {
         void* dr = at(R.d_ring, R.d_dtype, slot * R.dr_slot + int64_t(hv) * L * V);
         void* kr = at(R.k_ring, R.k_dtype, slot * R.kr_slot + int64_t(h) * L * K);
         load_row<T>(gr, R.g_dtype, w * K, G.data());
-        for (int j = 1; j < w; ++j)
-          for (int c = 0; c < K; ++c) G[size_t(j) * K + c] += G[size_t(j - 1) * K + c];
-        for (int c = 0; c < K; ++c) tot[c] = std::exp(w > 0 ? G[size_t(w - 1) * K + c] : T(0));
         load_row<T>(dr, R.d_dtype, w * V, dh.data());
         load_row<T>(kr, R.k_dtype, w * K, kh.data());
-        // kh_j <- k_j o exp(G - G_j): the history's keys decayed to this step (before this token's alpha).
-        for (int j = 0; j < w; ++j)
-          for (int c = 0; c < K; ++c)
-            kh[size_t(j) * K + c] *= std::exp(G[size_t(w - 1) * K + c] - G[size_t(j) * K + c]);
+        decay_history_per_channel(G.data(), kh.data(), tot.data(), w, K);  // keys decayed to this step
 
         void* S0 = at(p.state, p.state_dtype, slot * p.state_slot + int64_t(hv) * V * K);
         if (w < L - 1) {
@@ -159,13 +153,7 @@ void run_per_channel(const GdnReplayParams& P) {
           if (hv % vpk == 0) store_row<T>(at(kr, R.k_dtype, int64_t(w) * K), R.k_dtype, K, k.data());
         } else {
           Sp.resize(size_t(V) * K);
-          for (int i = 0; i < V; ++i) {
-            T* si = &Sp[size_t(i) * K];
-            load_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, si);
-            for (int c = 0; c < K; ++c) si[c] *= tot[c];
-          }
-          for (int j = 0; j < w; ++j)
-            for (int i = 0; i < V; ++i) axpy(dh[size_t(j) * V + i], &kh[size_t(j) * K], &Sp[size_t(i) * K], K);
+          materialise_per_channel(S0, p.state_dtype, tot.data(), dh.data(), kh.data(), w, V, K, Sp.data());
           for (int i = 0; i < V; ++i)  // S_prev -> one step
             o[i] = step_row_per_channel(&Sp[size_t(i) * K], al.data(), k.data(), q.data(), t.beta, v[i], K);
           store_row<T>(S0, p.state_dtype, V * K, Sp.data());

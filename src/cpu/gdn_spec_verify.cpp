@@ -25,6 +25,23 @@ namespace {
 
 using namespace gdn_detail;
 
+// Flush-due slot: Sp (V rows of K) is the folded history state S_h. Store it as the new checkpoint (w > 0),
+// continue from the stored, rounded value, and project it on the window's query / key vectors:
+// HQ[j][i] = Sp_i . xq_j, HK[j][i] = Sp_i . xk_j.
+template <class T>
+void store_fold_and_project(void* S0, DType state_dtype, T* Sp, int w, const T* xq, const T* xk, int n, int V, int K,
+                            T* HQ, T* HK) {
+  if (w > 0) {
+    store_row<T>(S0, state_dtype, V * K, Sp);
+    round_row<T>(state_dtype, V * K, Sp);  // continue from the stored checkpoint
+  }
+  for (int i = 0; i < V; ++i)
+    for (int j = 0; j < n; ++j) {
+      HQ[size_t(j) * V + i] = dot(&Sp[size_t(i) * K], &xq[size_t(j) * K], K);
+      HK[size_t(j) * V + i] = dot(&Sp[size_t(i) * K], &xk[size_t(j) * K], K);
+    }
+}
+
 template <class T>
 void run(const GdnVerifyParams& P) {
   const GdnStepParams& p = P.step;
@@ -84,15 +101,7 @@ void run(const GdnVerifyParams& P) {
           }
           for (int c = 0; c < w; ++c)
             for (int i = 0; i < V; ++i) axpy(om[c] * dh[size_t(c) * V + i], &kh[size_t(c) * K], &Sp[size_t(i) * K], K);
-          if (w > 0) {
-            store_row<T>(S0, p.state_dtype, V * K, Sp.data());
-            round_row<T>(p.state_dtype, V * K, Sp.data());  // continue from the stored checkpoint
-          }
-          for (int i = 0; i < V; ++i)
-            for (int j = 0; j < n; ++j) {
-              HQ[size_t(j) * V + i] = dot(&Sp[size_t(i) * K], &qw[size_t(j) * K], K);
-              HK[size_t(j) * V + i] = dot(&Sp[size_t(i) * K], &kw[size_t(j) * K], K);
-            }
+          store_fold_and_project(S0, p.state_dtype, Sp.data(), w, qw.data(), kw.data(), n, V, K, HQ.data(), HK.data());
         } else {
           for (int i = 0; i < V; ++i) {
             load_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, s.data());
@@ -165,19 +174,14 @@ void run_per_channel(const GdnVerifyParams& P) {
         char* dr = static_cast<char*>(at(R.d_ring, R.d_dtype, slot * R.dr_slot + int64_t(hv) * RL * V));
         char* kr = static_cast<char*>(at(R.k_ring, R.k_dtype, slot * R.kr_slot + int64_t(h) * RL * K));
 
-        // History in logical order: per-channel prefix sums, keys decayed to the window start.
+        // History in logical order, then per-channel prefix sums and keys decayed to the window start.
         for (int c = 0; c < w; ++c) {
           const int ph = (origin + c) & mask;
-          T* Gc = &G[size_t(c) * K];
-          load_row<T>(at(gr, R.g_dtype, int64_t(ph) * K), R.g_dtype, K, Gc);
-          if (c > 0)
-            for (int e = 0; e < K; ++e) Gc[e] += G[size_t(c - 1) * K + e];
+          load_row<T>(at(gr, R.g_dtype, int64_t(ph) * K), R.g_dtype, K, &G[size_t(c) * K]);
           load_row<T>(at(dr, R.d_dtype, int64_t(ph) * V), R.d_dtype, V, &dh[size_t(c) * V]);
           load_row<T>(at(kr, R.k_dtype, int64_t(ph) * K), R.k_dtype, K, &kh[size_t(c) * K]);
         }
-        for (int e = 0; e < K; ++e) tot[e] = std::exp(w > 0 ? G[size_t(w - 1) * K + e] : T(0));
-        for (int c = 0; c < w; ++c)
-          for (int e = 0; e < K; ++e) kh[size_t(c) * K + e] *= std::exp(G[size_t(w - 1) * K + e] - G[size_t(c) * K + e]);
+        decay_history_per_channel(G.data(), kh.data(), tot.data(), w, K);
 
         // Window inputs; Gam_j (inclusive, per channel); eq_j = exp(Gam_j) o q_j, ek_j likewise.
         for (int j = 0; j < n; ++j) {
@@ -196,22 +200,8 @@ void run_per_channel(const GdnVerifyParams& P) {
         void* S0 = at(p.state, p.state_dtype, slot * p.state_slot + int64_t(hv) * V * K);
         if (flush) {
           Sp.resize(size_t(V) * K);
-          for (int i = 0; i < V; ++i) {
-            T* si = &Sp[size_t(i) * K];
-            load_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, si);
-            for (int e = 0; e < K; ++e) si[e] *= tot[e];
-          }
-          for (int c = 0; c < w; ++c)
-            for (int i = 0; i < V; ++i) axpy(dh[size_t(c) * V + i], &kh[size_t(c) * K], &Sp[size_t(i) * K], K);
-          if (w > 0) {
-            store_row<T>(S0, p.state_dtype, V * K, Sp.data());
-            round_row<T>(p.state_dtype, V * K, Sp.data());  // continue from the stored checkpoint
-          }
-          for (int i = 0; i < V; ++i)
-            for (int j = 0; j < n; ++j) {
-              HQ[size_t(j) * V + i] = dot(&Sp[size_t(i) * K], &eq[size_t(j) * K], K);
-              HK[size_t(j) * V + i] = dot(&Sp[size_t(i) * K], &ek[size_t(j) * K], K);
-            }
+          materialise_per_channel(S0, p.state_dtype, tot.data(), dh.data(), kh.data(), w, V, K, Sp.data());
+          store_fold_and_project(S0, p.state_dtype, Sp.data(), w, eq.data(), ek.data(), n, V, K, HQ.data(), HK.data());
         } else {
           for (int i = 0; i < V; ++i) {
             load_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, s.data());

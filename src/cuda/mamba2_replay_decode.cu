@@ -23,9 +23,8 @@
 // * append (every non-flush step): x -> x_ring[w], delta -> dt_ring[w] (chunk 0), B -> B_ring[w]
 //   (first head of the group only).
 #include <algorithm>
-#include <type_traits>
 #include <cstdlib>
-#include <cstring>
+#include <type_traits>
 
 #include "cuda/bulk_copy.cuh"
 #include "cuda/common.cuh"

@@ -26,6 +26,8 @@ SsmLayer SsmLayer::shard(int tp) const {
 }
 
 void SsmLayer::validate(const std::string& name) const {
+  if (kind == SsmKind::mamba2 && gate_per_channel)
+    throw Error(name + ".gate", "per-channel gates are a Gated DeltaNet (Kimi Delta Attention) option, not Mamba-2");
   if (kind == SsmKind::mamba2) mamba2.validate((name + ".geometry").c_str());
   else gdn.validate((name + ".geometry").c_str());
   if (conv_kernel < 1) throw Error(name + ".conv_kernel", "must be >= 1, got " + std::to_string(conv_kernel));
@@ -38,8 +40,9 @@ void SsmLayer::validate(const std::string& name) const {
 
 std::string SsmLayer::to_string() const {
   return (kind == SsmKind::mamba2 ? mamba2.to_string() : gdn.to_string()) +
-         ", conv_kernel=" + std::to_string(conv_kernel) + ", state " + std::string(dtype_name(state_dtype)) +
-         ", activations " + std::string(dtype_name(act_dtype));
+         (kind == SsmKind::gdn && gate_per_channel ? ", per-channel gates" : "") + ", conv_kernel=" +
+         std::to_string(conv_kernel) + ", state " + std::string(dtype_name(state_dtype)) + ", activations " +
+         std::string(dtype_name(act_dtype));
 }
 
 int64_t CacheTensor::numel() const {
@@ -101,7 +104,10 @@ static CacheLayout ring_layout(const SsmLayer& l, int R) {
     const GdnGeometry& g = l.gdn;
     out.tensors.push_back({"d_ring", l.ring_dtype, {g.v_heads, R, g.head_v_dim}});
     out.tensors.push_back({"k_ring", l.ring_dtype, {g.k_heads, R, g.head_k_dim}});
-    out.tensors.push_back({"g_ring", DType::f32, {g.v_heads, R}});  // log-decay, fp32
+    if (l.gate_per_channel)  // one log-decay per key channel (gdn.hpp)
+      out.tensors.push_back({"g_ring", DType::f32, {g.v_heads, R, g.head_k_dim}});
+    else
+      out.tensors.push_back({"g_ring", DType::f32, {g.v_heads, R}});  // log-decay, fp32
   }
   return out;
 }

@@ -82,9 +82,15 @@ SsmLayer read_ssm(const Reader& r, int& layers) {
     s.kind = SsmKind::mamba2;
     s.mamba2 = {r.integer("heads"), r.integer("headdim"), r.integer("dstate"), r.integer("groups")};
   } else if (kind == "gdn") {
-    r.only({"kind", "layers", "conv_kernel", "k_heads", "v_heads", "head_k_dim", "head_v_dim", "ring_dtype"});
+    r.only({"kind", "layers", "conv_kernel", "k_heads", "v_heads", "head_k_dim", "head_v_dim", "ring_dtype", "gate"});
     s.kind = SsmKind::gdn;
     s.gdn = {r.integer("k_heads"), r.integer("v_heads"), r.integer("head_k_dim"), r.integer("head_v_dim")};
+    if (r.has("gate")) {  // "per_head" (Gated DeltaNet, the default) or "per_channel" (Kimi Delta Attention)
+      const std::string gate = r.string("gate");
+      if (gate != "per_head" && gate != "per_channel")
+        r.fail("gate", "must be \"per_head\" or \"per_channel\", got \"" + gate + "\"");
+      s.gate_per_channel = gate == "per_channel";
+    }
   } else {
     r.fail("kind", "must be \"mamba2\" or \"gdn\", got \"" + kind + "\"");
   }

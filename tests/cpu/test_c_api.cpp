@@ -116,3 +116,33 @@ TEST(CApi, CursorOps) {
   EXPECT_EQ(replayssm_advance_cursors(&cursor.t, &slots.t, 8, nullptr), REPLAYSSM_ERROR);
   EXPECT_EQ(cursor.data[3], 9);
 }
+
+// Per-channel GDN gates (a [tokens, HV, K], dt_bias [HV, K]) pass through the C ABI like any other shape: the C
+// call and the C++ op agree on the same data.
+TEST(CApi, GdnPerChannelGatesMatchTheCppOp) {
+  constexpr int H = 1, HV = 2, K = 8, V = 4, rows = 2, slots = 2;
+  auto fill = [](std::vector<float>& v, float scale, int salt) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int((i * 7919 + salt) % 23) - 11) / 11.f;
+  };
+  Dl<float> q{{rows, H, K}, kF32}, k{{rows, H, K}, kF32}, v{{rows, HV, V}, kF32}, a{{rows, HV, K}, kF32},
+      b{{rows, HV}, kF32}, A_log{{HV}, kF32}, dt_bias{{HV, K}, kF32}, state{{slots, HV, V, K}, kF32},
+      out_c{{rows, HV, V}, kF32, -7.f}, out_cpp{{rows, HV, V}, kF32, -7.f};
+  Dl<int32_t> slot_idx{{rows}, kI32};
+  fill(q.data, 1.f, 1); fill(k.data, 1.f, 2); fill(v.data, 1.f, 3); fill(a.data, 2.f, 4); fill(b.data, 2.f, 5);
+  fill(A_log.data, 1.f, 6); fill(dt_bias.data, 1.f, 7); fill(state.data, 0.5f, 8);
+  slot_idx.data = {1, 0};
+  Dl<float> state_cpp = state;
+  state_cpp.t.data = state_cpp.data.data();
+  state_cpp.t.shape = state_cpp.shape.data();
+  ASSERT_EQ(replayssm_gdn_decode(H, HV, K, V, &q.t, &k.t, &v.t, &a.t, &b.t, &A_log.t, &dt_bias.t, 0.f, 1, &state.t,
+                                 &slot_idx.t, &out_c.t, nullptr),
+            REPLAYSSM_OK)
+      << replayssm_last_error();
+  replayssm::gdn::decode({{H, HV, K, V}, {q.view(), k.view(), v.view(), a.view(), b.view()},
+                          {A_log.view(), dt_bias.view(), 0.f, true}, state_cpp.view(), slot_idx.view(), out_cpp.view()});
+  EXPECT_EQ(out_c.data, out_cpp.data);
+  EXPECT_EQ(state.data, state_cpp.data);
+  bool moved = false;
+  for (float x : out_c.data) moved = moved || x != -7.f;
+  EXPECT_TRUE(moved);
+}

@@ -134,7 +134,7 @@ TEST(GdnPerChannel, CorruptedGRingFails) {
   EXPECT_GT(st.max_out(), 1e-3);
 }
 
-TEST(GdnPerChannel, BadShapesAndUnsupportedOpsNameTheArgument) {
+TEST(GdnPerChannel, BadShapesNameTheArgument) {
   const GdnGeometry geo{2, 4, 32, 16};
   std::mt19937_64 rng(9);
   Weights w = make_weights(geo, rng), wch = w;
@@ -143,13 +143,13 @@ TEST(GdnPerChannel, BadShapesAndUnsupportedOpsNameTheArgument) {
   make_per_channel(tch, rng);
   ReplayCaches cache = make_caches(geo, DType::f32, DType::bf16, 4, 8, 1, rng), cch = make_caches(geo, DType::f32, DType::bf16, 4, 8, 1, rng);
   make_per_channel(cch, geo);
-  ReplayCaches spec = make_caches(geo, DType::f32, DType::bf16, 4, SpecConfig{8, 4}.ring_len(), 2, rng);
-  make_per_channel(spec, geo);
+  ReplayCaches spec = make_caches(geo, DType::f32, DType::bf16, 4, SpecConfig{8, 4}.ring_len(), 2, rng);  // per-head g ring
   HostTensor state = make_state(geo, DType::f32, 8, rng), slots = i32({2, -1, 0}), out = make_out(geo, DType::bf16, 3);
-  HostTensor qsl = i32({0, 1, 1, 3}), si = i32_2d({0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7}, 3, 4), acc = i32({1, 1, 2});
+  HostTensor qsl = i32({0, 1, 1, 3});
   auto expect = [&](const std::function<void()>& f, const std::string& arg, const char* what) {
     std::vector<std::vector<uint8_t>> before;
-    for (const HostTensor* t : {&cache.g_ring, &cch.g_ring, &cch.checkpoint, &cch.d_ring, &spec.checkpoint, &state, &out})
+    for (const HostTensor* t : {&cache.g_ring, &cch.g_ring, &cch.checkpoint, &cch.d_ring, &spec.checkpoint, &spec.g_ring,
+                                &spec.cursor, &state, &out})
       before.push_back(t->bytes());
     try {
       f();
@@ -158,7 +158,8 @@ TEST(GdnPerChannel, BadShapesAndUnsupportedOpsNameTheArgument) {
       EXPECT_EQ(e.argument(), arg) << what << ": " << e.what();
     }
     std::vector<std::vector<uint8_t>> after;
-    for (const HostTensor* t : {&cache.g_ring, &cch.g_ring, &cch.checkpoint, &cch.d_ring, &spec.checkpoint, &state, &out})
+    for (const HostTensor* t : {&cache.g_ring, &cch.g_ring, &cch.checkpoint, &cch.d_ring, &spec.checkpoint, &spec.g_ring,
+                                &spec.cursor, &state, &out})
       after.push_back(t->bytes());
     EXPECT_TRUE(after == before) << what << ": a buffer was written";
   };
@@ -172,12 +173,9 @@ TEST(GdnPerChannel, BadShapesAndUnsupportedOpsNameTheArgument) {
   bad.a = HostTensor(DType::bf16, {3, geo.v_heads, geo.head_k_dim + 1});
   expect([&] { G::decode({geo, bad.view(), w.view(), state.view(), slots.view(), out.view()}); }, "in.a",
          "per-channel a of the wrong width");
-  ReplayCaches spec_head = make_caches(geo, DType::f32, DType::bf16, 4, SpecConfig{8, 4}.ring_len(), 2, rng);
   expect([&] {
-    G::spec_verify({geo, SpecConfig{8, 4}, tch.view(), wch.view(), spec_head.spec_view(), slots.view(), qsl.view(), out.view()});
+    G::spec_verify({geo, SpecConfig{8, 4}, tch.view(), wch.view(), spec.spec_view(), slots.view(), qsl.view(), out.view()});
   }, "cache.g_ring", "spec_verify: per-channel a with a per-head g ring");
-  (void)si;
-  (void)acc;
 }
 
 // Random window lengths and accepted counts, >= 200 steps with early flushes: every window token against the

@@ -149,6 +149,11 @@ TEST(Planner, CacheLayoutShapesMatchTheOpStructs) {
   EXPECT_EQ(lg.get("d_ring").shape, (std::vector<int64_t>{8, 4, 8}));   // [HV,L,V]
   EXPECT_EQ(lg.get("k_ring").shape, (std::vector<int64_t>{4, 4, 16}));  // [H,L,K]
   EXPECT_EQ(lg.get("g_ring").shape, (std::vector<int64_t>{8, 4}));      // [HV,L]
+  SsmLayer kda = g.ssm;  // per-channel decay gates (Kimi Delta Attention): one log-decay per key channel
+  kda.gate_per_channel = true;
+  const CacheLayout lk = replay_layout(kda, 4);
+  EXPECT_EQ(lk.get("g_ring").shape, (std::vector<int64_t>{8, 4, 16}));  // [HV,L,K]
+  EXPECT_EQ(lk.bytes() - lg.bytes(), 8 * 4 * 15 * 4);                   // K - 1 more fp32 per (HV, L)
   EXPECT_EQ(classic_layout(g.ssm, 3).get("state").shape, (std::vector<int64_t>{3, 8, 8, 16}));
   EXPECT_THROW(l.get("nope"), Error);
 }

@@ -95,6 +95,7 @@ TEST(PlannerModels, InconsistentFieldsAreNamed) {
   EXPECT_EQ(with([](json& j) { j["ssm"]["head_k_dim"] = 0; }), "model.ssm.head_k_dim");
   EXPECT_EQ(with([](json& j) { j["dtypes"]["state"] = "int4"; }), "model.dtypes.state");
   EXPECT_EQ(with([](json& j) { j["dtypes"]["ring"] = "float16"; }), "model.ssm.ring_dtype");  // neither fp32 nor act
+  EXPECT_EQ(with([](json& j) { j["ssm"]["gate"] = "per_token"; }), "model.ssm.gate");
   EXPECT_EQ(with([](json& j) { j["serving"]["tp"] = 4; }), "model.serving.tp");  // k_heads 2 % 4
   EXPECT_EQ(with([](json& j) { j["attention"]["kv_heads"] = 3; j["serving"]["tp"] = 2; }), "model.serving.tp");
   EXPECT_EQ(with([](json& j) { j["serving"]["history"] = 1; }), "model.serving.spec");  // B < T
@@ -150,4 +151,25 @@ TEST(PlannerModels, BadFilesAndBudgets) {
     plan_memory(m, 1 << 30);
     FAIL();
   } catch (const Error& e) { EXPECT_EQ(e.argument(), "model.serving.context"); }
+}
+
+// Per-channel decay gates (Kimi Delta Attention form): "gate": "per_channel" widens the g ring to [HV, R, K].
+TEST(PlannerModels, PerChannelGateWidensTheGRing) {
+  json j = base();
+  const ModelDesc head = parse_model(j.dump(), "test.json");
+  j["ssm"]["gate"] = "per_channel";
+  const ModelDesc ch = parse_model(j.dump(), "test.json");
+  EXPECT_FALSE(head.ssm.gate_per_channel);
+  EXPECT_TRUE(ch.ssm.gate_per_channel);
+  const CacheLayout a = replay_layout(head.ssm, 4), b = replay_layout(ch.ssm, 4);
+  EXPECT_EQ(b.get("g_ring").shape, (std::vector<int64_t>{4, 4, 8}));  // [HV, R, K]
+  EXPECT_EQ(b.bytes() - a.bytes(), 4 * 4 * 7 * 4);
+  EXPECT_NE(ch.ssm.to_string().find("per-channel"), std::string::npos);
+  SsmLayer bad;  // Mamba-2 has no such option
+  bad.mamba2 = {4, 8, 16, 2};
+  bad.gate_per_channel = true;
+  try {
+    bad.validate("model.ssm");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) { EXPECT_EQ(e.argument(), "model.ssm.gate"); }
 }

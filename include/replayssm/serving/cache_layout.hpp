@@ -24,6 +24,7 @@ struct SsmLayer {
   DType state_dtype = DType::f32;  // checkpoint / classic state
   DType act_dtype = DType::bf16;   // activations: conv state, Mamba-2 x/B rings
   DType ring_dtype = DType::bf16;  // GDN d/k rings (float32 or the activation dtype)
+  bool gate_per_channel = false;   // GDN with one decay per key channel (Kimi Delta Attention): g ring [HV, R, K]
 
   // Channels that go through the causal conv: Mamba-2 x|B|C, GDN q|k|v.
   int64_t conv_dim() const;
