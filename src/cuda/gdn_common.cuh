@@ -70,12 +70,21 @@ __device__ __forceinline__ Gates gates_f(float a, float b, float A_log, float bi
   r.beta = 1.f / (1.f + expf(-b));  // not rounded to b's dtype
   return r;
 }
-__device__ __forceinline__ Gates gates(const GdnStepParams& p, int64_t tok, int hv) {
-  const float a = ld_any(p.a, tok * p.a_tok + int64_t(hv) * p.a_head, p.a_dtype);
-  const float b = ld_any(p.b, tok * p.b_tok + int64_t(hv) * p.b_head, p.b_dtype);
-  const float A_log = ld_any(p.A_log, int64_t(hv) * p.A_log_stride, p.w_dtype);
-  const float bias = ld_any(p.dt_bias, int64_t(hv) * p.dt_bias_stride, p.w_dtype);
-  return gates_f(a, b, A_log, bias);
+// The four scalars' raw bits (ld_bits, below), issued together; gates_of converts them. A conversion next
+// to its load would make the warp wait for each load in turn (the Mamba-2 dt stall, sixth session).
+struct GateBits {
+  uint64_t a, b, A_log, bias;
+};
+__device__ __forceinline__ uint64_t ld_bits(const void* base, int64_t i, DType t);
+__device__ __forceinline__ float bits_f(uint64_t u, DType t);
+__device__ __forceinline__ GateBits gate_bits(const GdnStepParams& p, int64_t tok, int hv) {
+  return {ld_bits(p.a, tok * p.a_tok + int64_t(hv) * p.a_head, p.a_dtype),
+          ld_bits(p.b, tok * p.b_tok + int64_t(hv) * p.b_head, p.b_dtype),
+          ld_bits(p.A_log, int64_t(hv) * p.A_log_stride, p.w_dtype),
+          ld_bits(p.dt_bias, int64_t(hv) * p.dt_bias_stride, p.w_dtype)};
+}
+__device__ __forceinline__ Gates gates_of(const GdnStepParams& p, const GateBits& u) {
+  return gates_f(bits_f(u.a, p.a_dtype), bits_f(u.b, p.b_dtype), bits_f(u.A_log, p.w_dtype), bits_f(u.bias, p.w_dtype));
 }
 
 // ---- step kernels (classic, replay): the quad tile ----
@@ -155,13 +164,20 @@ __device__ __forceinline__ void prep_token(const GdnStepParams& p, int64_t tok, 
   const int lane = threadIdx.x & 31;
   const void* qp = cptr(p.q, p.act, tok * p.q_tok + int64_t(h) * p.q_head);
   const void* kp = cptr(p.k, p.act, tok * p.k_tok + int64_t(h) * p.k_head);
+  uint64_t qb[E], kb[E];  // every load issued before the first conversion waits
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    qb[e] = ld_bits(qp, lane + 32 * e, p.act);
+    kb[e] = ld_bits(kp, lane + 32 * e, p.act);
+  }
+  const GateBits gb = gate_bits(p, tok, hv);
   float q[E], sq = 0.f, sk = 0.f;
 #pragma unroll
   for (int e = 0; e < E; ++e) {
-    q[e] = ld_any(qp, lane + 32 * e, p.act);
-    kn[e] = ld_any(kp, lane + 32 * e, p.act);
+    q[e] = bits_f(qb[e], p.act);
+    kn[e] = bits_f(kb[e], p.act);
   }
-  const Gates gt = gates(p, tok, hv);
+  const Gates gt = gates_of(p, gb);
 #pragma unroll
   for (int e = 0; e < E; ++e) {
     sq = fmaf(q[e], q[e], sq);
@@ -405,12 +421,21 @@ __device__ __forceinline__ void prep_window(const GdnStepParams& p, int t0, int 
     const int64_t tok = t0 + j;
     const void* qp = cptr(p.q, p.act, tok * p.q_tok + int64_t(h) * p.q_head);
     const void* kp = cptr(p.k, p.act, tok * p.k_tok + int64_t(h) * p.k_head);
+    uint64_t qb[4], kb[4];  // every load issued before the first conversion waits
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int c = lane + 32 * e;
+      qb[e] = c < K ? ld_bits(qp, c, p.act) : 0;
+      kb[e] = c < K ? ld_bits(kp, c, p.act) : 0;
+    }
+    GateBits gb{};
+    if (lane == 0) gb = gate_bits(p, tok, hv);
     float qv[4], kv[4], sq = 0.f, sk = 0.f;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int c = lane + 32 * e;
-      qv[e] = c < K ? ld_any(qp, c, p.act) : 0.f;
-      kv[e] = c < K ? ld_any(kp, c, p.act) : 0.f;
+      qv[e] = c < K ? bits_f(qb[e], p.act) : 0.f;
+      kv[e] = c < K ? bits_f(kb[e], p.act) : 0.f;
       sq = fmaf(qv[e], qv[e], sq);
       sk = fmaf(kv[e], kv[e], sk);
     }
@@ -426,7 +451,7 @@ __device__ __forceinline__ void prep_window(const GdnStepParams& p, int t0, int 
       if (c < K) { s.q[j][c] = qv[e] * sc; s.k[j][c] = kv[e] * rk; }
     }
     if (lane == 0) {
-      const Gates gt = gates(p, tok, hv);
+      const Gates gt = gates_of(p, gb);
       s.g[j] = gt.g;
       s.beta[j] = gt.beta;
     }

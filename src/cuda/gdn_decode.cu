@@ -105,13 +105,16 @@ __global__ void __launch_bounds__(128, kWideMinCtas<ST>) gdn_decode_wide_kernel(
     for (int m = 0; m < NCH; ++m) raw[r][m] = VT::load_raw(S + int64_t(i0 + GPW * r) * K + TL::col(m, t));
   const TokenRaw<K> tr = token_load<K>(p, row, hv / (p.v_heads / p.k_heads), hv);
   const void* vp = cptr(p.v, p.act, int64_t(row) * p.v_tok + int64_t(hv) * p.v_head);
-  float v[RPT];  // its wait overlaps the token's (issued just before)
+  uint32_t vb[RPT];  // raw bits: converted after the later loads are issued (no wait on this one first)
 #pragma unroll
-  for (int r = 0; r < RPT; ++r) v[r] = ld_any(vp, i0 + GPW * r, p.act);
+  for (int r = 0; r < RPT; ++r) vb[r] = uint32_t(ld_bits(vp, i0 + GPW * r, p.act));
   float* s_q = s_tok[warp][0];
   float* s_k = s_tok[warp][1];
   const WarpToken<K> tk = token_finish<K>(p, tr);
   token_to_smem<K>(tk, s_q, s_k);
+  float v[RPT];
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) v[r] = bits_f(vb[r], p.act);
 
   float sk[RPT] = {}, sq[RPT] = {};
   state_row_dots<TL, ST>(raw, s_q, s_k, t, sq, sk);

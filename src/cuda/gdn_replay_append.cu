@@ -133,9 +133,9 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
   const float gj = lane < w ? gr[lane] : 0.f;
   const TokenRaw<K> tr = token_load<K>(p, row, h, hv);
   const void* vp = cptr(p.v, p.act, int64_t(row) * p.v_tok + int64_t(hv) * p.v_head);
-  float v[RPT];
+  uint32_t vb[RPT];  // raw bits: converted after the later loads are issued (no wait on this one first)
 #pragma unroll
-  for (int r = 0; r < RPT; ++r) v[r] = ld_any(vp, i0 + GPW * r, p.act);
+  for (int r = 0; r < RPT; ++r) vb[r] = uint32_t(ld_bits(vp, i0 + GPW * r, p.act));
 
   const WarpToken<K> tk = token_finish<K>(p, tr);
   float* s_q = s_tok[warp][0];
@@ -153,6 +153,9 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
   }
   cp_async_wait_all();  // this thread's copies; the barrier publishes everyone's
   __syncthreads();
+  float v[RPT];
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) v[r] = bits_f(vb[r], p.act);
 
   // ring projections: block b of 4 j by warp b % nwarps (w is CTA-uniform: full-mask shuffles are safe),
   // then a second barrier. Measured 2026-12-03 (sixth session): every warp doing all of them was the

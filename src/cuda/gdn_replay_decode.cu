@@ -93,19 +93,34 @@ __device__ __forceinline__ void replay_quad_row(const GdnReplayParams P, const i
   }
   {  // history -> shared memory (warps 1.. when there are several; the others read only j < w)
     const int lt0 = nwarps > 1 ? 32 : 0, nl = int(blockDim.x) - lt0, tid = int(threadIdx.x) - lt0;
+    // fp32 rings: cp.async (no register round trip). Converting loads (16-bit rings) keep the dtype switch
+    // inside each iteration, so they wait one by one: one L2 round trip per float4 per thread.
     if (tid >= 0) {
+      if (R.k_dtype == DType::f32) {
+        for (int x = tid; x < w * (K / 4); x += nl)
+          cp_async16(&s_dyn[x], static_cast<const float*>(kr) + int64_t(x) * 4);  // rows j < w are contiguous
+      } else {
 #pragma unroll 4
-      for (int x = tid; x < w * (K / 4); x += nl) {
-        const int j = x / (K / 4), c = (x % (K / 4)) * 4;
-        s_dyn[(j * K + c) / 4] = ld4_any(kr, int64_t(j) * K + c, R.k_dtype);
+        for (int x = tid; x < w * (K / 4); x += nl) {
+          const int j = x / (K / 4), c = (x % (K / 4)) * 4;
+          s_dyn[(j * K + c) / 4] = ld4_any(kr, int64_t(j) * K + c, R.k_dtype);
+        }
       }
+      if (R.d_dtype == DType::f32) {
+        for (int x = tid; x < w * (rpc / 4); x += nl) {
+          const int j = x / (rpc / 4), c = (x % (rpc / 4)) * 4;
+          cp_async16(&s_d[j * rpc + c], static_cast<const float*>(dr) + int64_t(j) * V + slice * rpc + c);
+        }
+      } else {
 #pragma unroll 4
-      for (int x = tid; x < w * (rpc / 4); x += nl) {
-        const int j = x / (rpc / 4), c = (x % (rpc / 4)) * 4;
-        reinterpret_cast<float4*>(s_d)[(j * rpc + c) / 4] = ld4_any(dr, int64_t(j) * V + slice * rpc + c, R.d_dtype);
+        for (int x = tid; x < w * (rpc / 4); x += nl) {
+          const int j = x / (rpc / 4), c = (x % (rpc / 4)) * 4;
+          reinterpret_cast<float4*>(s_d)[(j * rpc + c) / 4] = ld4_any(dr, int64_t(j) * V + slice * rpc + c, R.d_dtype);
+        }
       }
     }
   }
+  cp_async_wait_all();
   __syncthreads();
   const float alpha = ts.alpha, beta = ts.beta, kq = ts.kq, tot = s_tot;
   void* op = mptr(p.out, p.out_dtype, int64_t(row) * p.out_tok + int64_t(hv) * p.out_head);

@@ -143,10 +143,12 @@ __global__ void __launch_bounds__(256, K == 128 ? 2 : 3) gdn_verify_kernel(const
   // ---- wave 1 ----
   const int slot = p.slot_idx[int64_t(row) * p.slot_idx_stride];
   const int t0 = P.query_start_loc[row], n = P.query_start_loc[row + 1] - t0;
-  float A_log = 0.f, dtb = 0.f;
+  // Raw bits, converted where used: a conversion next to its load makes warp 0 wait for it before it
+  // issues its checkpoint loads (the Mamba-2 dt stall, docs/notes-mamba2-cuda.md sixth session).
+  uint64_t A_log_b = 0, dtb_b = 0;
   if (warp == 0) {
-    A_log = ld_any(p.A_log, int64_t(hv) * p.A_log_stride, p.w_dtype);
-    dtb = ld_any(p.dt_bias, int64_t(hv) * p.dt_bias_stride, p.w_dtype);
+    A_log_b = ld_bits(p.A_log, int64_t(hv) * p.A_log_stride, p.w_dtype);
+    dtb_b = ld_bits(p.dt_bias, int64_t(hv) * p.dt_bias_stride, p.w_dtype);
   }
   if (slot < 0 || slot >= p.slots) return;  // padding row: nothing read or written (whole CTA)
 
@@ -179,10 +181,10 @@ __global__ void __launch_bounds__(256, K == 128 ? 2 : 3) gdn_verify_kernel(const
       stage16(reinterpret_cast<char*>(s_v + a * rpc) + c * 16, src + c * 16);
     }
   }
-  float av = 0.f, bv = 0.f;
+  uint64_t av_b = 0, bv_b = 0;  // raw bits, as A_log above
   if (warp == 0 && lane < n) {
-    av = ld_any(p.a, (t0 + lane) * p.a_tok + int64_t(hv) * p.a_head, p.a_dtype);
-    bv = ld_any(p.b, (t0 + lane) * p.b_tok + int64_t(hv) * p.b_head, p.b_dtype);
+    av_b = ld_bits(p.a, (t0 + lane) * p.a_tok + int64_t(hv) * p.a_head, p.a_dtype);
+    bv_b = ld_bits(p.b, (t0 + lane) * p.b_tok + int64_t(hv) * p.b_head, p.b_dtype);
   }
   if (w < 0 || w > 31 || w + n > RL || origin < 0 || origin >= RL) {  // corrupt cursor: skip the row
     cp_async_wait_all();
@@ -211,8 +213,9 @@ __global__ void __launch_bounds__(256, K == 128 ? 2 : 3) gdn_verify_kernel(const
     const float gj = lane < w ? gr[(origin + lane) & mask] : 0.f;
     float ga = 0.f, ba = 0.f;
     if (lane < n) {
-      ga = -expf(A_log) * softplus20(av + dtb);
-      ba = 1.f / (1.f + expf(-bv));  // not rounded to b's dtype
+      const float A_log = bits_f(A_log_b, p.w_dtype), dtb = bits_f(dtb_b, p.w_dtype);
+      ga = -expf(A_log) * softplus20(bits_f(av_b, p.a_dtype) + dtb);
+      ba = 1.f / (1.f + expf(-bits_f(bv_b, p.b_dtype)));  // not rounded to b's dtype
     }
     const float c = warp_inclusive_sum(gj, lane);
     const float G = __shfl_sync(0xffffffffu, c, 31);

@@ -76,6 +76,7 @@ classic_wide_kernel(const Mamba2StepParams p, const int chunks) {
   const AT* B = static_cast<const AT*>(p.B) + int64_t(row) * p.B_tok + int64_t(grp) * p.B_group;
   const AT* C = static_cast<const AT*>(p.C) + int64_t(row) * p.C_tok + int64_t(grp) * p.C_group;
   const uint32_t dt_bits = load_dt_bits(p.dt, int64_t(row) * p.dt_tok + int64_t(h) * p.dt_head, p.dt_dtype);
+  const float dt_b = p.dt_bias ? p.dt_bias[h] : 0.f, Ah = p.A[h];  // issued now, not after delta's conversion
   const float xv = ok ? Traits<AT>::to_f(x[pr]) : 0.f;
   const bool writer = ok && j == 0;  // lane 0 of the row writes y
   float zv = 0.f;
@@ -90,10 +91,9 @@ classic_wide_kernel(const Mamba2StepParams p, const int chunks) {
   const float Dh = p.D ? p.D[h] : 0.f;
 
   // 3. S = a S + (delta x) B, y = S C (the deep tile's order of operations), store.
-  float delta = dt_from_bits(dt_bits, p.dt_dtype);
-  if (p.dt_bias) delta += p.dt_bias[h];
+  float delta = dt_from_bits(dt_bits, p.dt_dtype) + dt_b;
   if (p.dt_softplus) delta = softplus20(delta);
-  const float a = expf(p.A[h] * delta);
+  const float a = expf(Ah * delta);
   const float dx = delta * xv;
   float y = 0.f;
 #pragma unroll

@@ -129,24 +129,24 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
   const AT* Bin = static_cast<const AT*>(p.B) + int64_t(row) * p.B_tok + int64_t(grp) * p.B_group;
   const AT* Cin = static_cast<const AT*>(p.C) + int64_t(row) * p.C_tok + int64_t(grp) * p.C_group;
   const AT* z = p.z ? static_cast<const AT*>(p.z) + int64_t(row) * p.z_tok + int64_t(h) * p.z_head : nullptr;
-  AT xraw[2];
-  float xv[2], zv[2] = {0.f, 0.f};
+  // Every load of the step's own inputs is issued here and converted only after the ring staging below has
+  // been issued: a conversion (or a store to shared memory) right after its load makes the warp wait for
+  // it, and the cp.async staging behind it would start one L2 round trip per such wait later.
+  AT xraw[2], zraw[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     xraw[r] = ok[r] ? x[pr[r]] : Traits<AT>::from_f(0.f);
-    if (z && ok[r] && t == 0) zv[r] = Traits<AT>::to_f(z[pr[r]]);
+    zraw[r] = z && ok[r] && t == 0 ? z[pr[r]] : Traits<AT>::from_f(0.f);
   }
   const uint32_t dt_bits = load_dt_bits(p.dt, int64_t(row) * p.dt_tok + int64_t(h) * p.dt_head, p.dt_dtype);
-  for (int n = threadIdx.x; n < N; n += nthreads) {
-    s_C[n] = Traits<AT>::to_f(Cin[n]);
-    s_B[n] = Traits<AT>::to_f(Bin[n]);
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) xv[r] = Traits<AT>::to_f(xraw[r]);
-  float delta = dt_from_bits(dt_bits, p.dt_dtype);
-  if (p.dt_bias) delta += p.dt_bias[h];
-  if (p.dt_softplus) delta = softplus20(delta);
+  const float dt_b = p.dt_bias ? p.dt_bias[h] : 0.f;
   const float A = p.A[h];
+  const bool bc_regs = nthreads >= N;  // one B and one C value per thread, held raw until the staging is issued
+  AT craw = Traits<AT>::from_f(0.f), braw = craw;
+  if (bc_regs && int(threadIdx.x) < N) {
+    craw = Cin[threadIdx.x];
+    braw = Bin[threadIdx.x];
+  }
   // L2 prefetch of the checkpoint tile of the CTA `prefetch_ctas` places later in launch order (blockIdx.x
   // fastest): its HBM reads start about a wave early without holding a register, so the bytes in flight
   // per SM no longer depend on how many 128-register CTAs fit (4 per SM, ncu 2026-12-03).
@@ -177,6 +177,27 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
   // 3. the committed ring rows k < w go to shared memory asynchronously (no registers held).
   stage_rows(s_xr, XS, xr + pbase, P, w, min(PC, P - pbase), ring_vec16, threadIdx.x, nthreads);
   stage_rows(s_br, BS, Br, N, w, N, ring_vec16, threadIdx.x, nthreads);
+
+  // the step's inputs, converted now (their loads were issued before the cursor wait)
+  if (bc_regs) {
+    if (int(threadIdx.x) < N) {
+      s_C[threadIdx.x] = Traits<AT>::to_f(craw);
+      s_B[threadIdx.x] = Traits<AT>::to_f(braw);
+    }
+  } else {
+    for (int n = threadIdx.x; n < N; n += nthreads) {
+      s_C[n] = Traits<AT>::to_f(Cin[n]);
+      s_B[n] = Traits<AT>::to_f(Bin[n]);
+    }
+  }
+  float xv[2], zv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    xv[r] = Traits<AT>::to_f(xraw[r]);
+    zv[r] = Traits<AT>::to_f(zraw[r]);
+  }
+  float delta = dt_from_bits(dt_bits, p.dt_dtype) + dt_b;
+  if (p.dt_softplus) delta = softplus20(delta);
 
   if (warp == 0) {
     float d = lane < w ? dpre : (lane == w ? delta : 0.f);

@@ -92,6 +92,7 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const i
   const int t0 = vp.query_start_loc[row], n = vp.query_start_loc[row + 1] - t0;
   const float A = p.A[h];
   const float Dh = p.D ? p.D[h] : 0.f;
+  const float dt_b = p.dt_bias ? p.dt_bias[h] : 0.f;  // here, not after a window delta's conversion
   if (slot < 0 || slot >= p.slots) return;  // padding row: nothing read or written
 
   // ---- wave 2: the cursor (first: wave 3 waits for it), the checkpoint slice, every load at once ----
@@ -147,6 +148,15 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const i
                           : xin + int64_t(t0 + k - w) * p.x_tok + int64_t(h) * p.x_head + pp;
     stage_chunk(s_X + k * XS + c * E, src, P - pp);
   }
+  // Gate inputs, raw: issued before the delta loop below waits on its loads, converted after the barrier.
+  const AT* z = static_cast<const AT*>(p.z);
+  AT zraw[2][2];  // rows pr[r], window positions 2t + e
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+      zraw[r][e] = z && ok[r] && 2 * t + e < n ? z[int64_t(t0 + 2 * t + e) * p.z_tok + int64_t(h) * p.z_head + pr[r]]
+                                                : Traits<AT>::from_f(0.f);
   // Deltas: a strided loop (a CTA may have fewer threads than the 64 logical tokens of a ring of 64).
   for (int k = tid; k < ntok; k += nthreads) {
     const int pos = (origin + k) & mask;
@@ -154,25 +164,19 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const i
     if (k < w) {
       d = dtr[pos];
     } else {
-      d = load_dt(p.dt, int64_t(t0 + k - w) * p.dt_tok + int64_t(h) * p.dt_head, p.dt_dtype);
-      if (p.dt_bias) d += p.dt_bias[h];
+      d = load_dt(p.dt, int64_t(t0 + k - w) * p.dt_tok + int64_t(h) * p.dt_head, p.dt_dtype) + dt_b;
       if (p.dt_softplus) d = softplus20(d);
       if (chunk == 0) dtr[pos] = d;
     }
     s_del[k] = d;
   }
-  const AT* z = static_cast<const AT*>(p.z);
-  float zv[2][2] = {};  // gate inputs of the lane's outputs (rows pr[r], window positions 2t + e)
-  if (z) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        if (ok[r] && 2 * t + e < n)
-          zv[r][e] = Traits<AT>::to_f(z[int64_t(t0 + 2 * t + e) * p.z_tok + int64_t(h) * p.z_head + pr[r]]);
-  }
   cp_async_wait_all();
   __syncthreads();
+  float zv[2][2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) zv[r][e] = Traits<AT>::to_f(zraw[r][e]);
 
   // ---- a. the window's x columns and B rows into the ring (logical w + j) ----
   for (int i = tid; i < n * XCH; i += nthreads) {
