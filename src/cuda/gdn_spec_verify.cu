@@ -46,6 +46,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "cuda/bulk_copy.cuh"
 #include "cuda/gdn_common.cuh"
 #include "cuda/ops.hpp"
 #include "cuda/spec_mma.cuh"
@@ -127,7 +128,9 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
   constexpr int BPS = spec::Parts<ST>::kN;
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;
-  __shared__ __align__(16) float s_Pq[kAR][kT], s_Pk[kAR][kT];  // A_r . q_s, A_r . k_s (raw q, k; rows c < w x om_c)
+  // A_r . q_s, A_r . k_s (raw q, k; rows c < w x om_c); [1]: the second half of K when a tile is split
+  __shared__ __align__(16) float s_Pq[2][kAR][kT], s_Pk[2][kAR][kT];
+  __shared__ __align__(8) uint64_t s_bar[8];  // per warp: its 8 checkpoint rows landed
   __shared__ float s_hx[kMaxRows][kT + 1], s_hy[kMaxRows][kT + 1];  // S_h q_s, S_h k_s per CTA row (un-normalised)
   __shared__ float s_L[kT][kT], s_O[kT][kT];
   __shared__ float s_om[32], s_gam[kT], s_beta[kT], s_ea[kT], s_sq[kT], s_sk[kT], s_tot;
@@ -155,15 +158,23 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
   if (slot < 0 || slot >= p.slots) return;  // padding row: nothing read or written (whole CTA)
 
   // ---- wave 2 ----
-  // The checkpoint goes to shared memory (cp.async), not registers: the 32 registers per lane that held
-  // it in flight let 3 CTAs per SM in instead of 2 (1.5x the bytes in flight; docs/notes-gdn-cuda.md,
-  // seventh session). Row stride KS = K + one 16-byte chunk: the 8 rows of a fragment load hit
-  // different banks. Each lane reads back exactly the chunks it copied.
+  // The checkpoint goes to shared memory, not registers: the 32 registers per lane that held it in
+  // flight let 3 CTAs per SM in instead of 2 (docs/notes-gdn-cuda.md, seventh session). One bulk copy
+  // per row (lane t == 0 of each row), completing on the warp's own mbarrier: the warp waits for its
+  // rows only at its state tile, so the prologue tiles run while they land (as with registers), and
+  // the CTA barrier B1 does not wait for them. Row stride KS = K + one 16-byte chunk: the 8 rows of a
+  // fragment load hit different banks.
   ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + int64_t(hv) * V * K + int64_t(i) * K;
   ST* s_st = reinterpret_cast<ST*>(s_dyn) + l * KS + colt;  // + m * CW
-  if (n > 0 && n <= kT) {
-#pragma unroll
-    for (int m = 0; m < NCH; ++m) cp_async16(s_st + m * CW, S + m * CW + colt);
+  const bool win_ok = n > 0 && n <= kT;
+  if (win_ok) {
+    if (lane == 0) {
+      mbar_init(&s_bar[warp], 1);
+      mbar_init_fence();
+      mbar_arrive_expect_tx(&s_bar[warp], unsigned(kRW * K * sizeof(ST)));
+    }
+    __syncwarp();
+    if (t == 0) bulk_load(s_st - colt, S, unsigned(K * sizeof(ST)), &s_bar[warp]);
   }
   const int w = R.cursor[int64_t(slot) * R.cursor_slot], origin = R.cursor[int64_t(slot) * R.cursor_slot + 1];
   if (n <= 0 || n > kT) return;  // empty window: a no-op (whole CTA)
@@ -182,9 +193,9 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
                               : static_cast<const char*>(cptr(p.k, p.act, (t0 + s) * p.k_tok + int64_t(h) * p.k_head));
       stage16(reinterpret_cast<char*>((r < n ? s_q : s_k) + s * KP) + c * 16, src + c * 16);
     }
-    const int vpr = rpc * int(sizeof(AT)) / 16;
+    const int vpr = rpc * int(sizeof(AT)) / 16, vs = __ffs(vpr) - 1;  // powers of two: shifts, not divisions
     for (int x = tid; x < n * vpr; x += nth) {
-      const int a = x / vpr, c = x % vpr;
+      const int a = x >> vs, c = x & (vpr - 1);
       const char* src = static_cast<const char*>(cptr(p.v, p.act, (t0 + a) * p.v_tok + int64_t(hv) * p.v_head + slice * rpc));
       stage16(reinterpret_cast<char*>(s_v + a * rpc) + c * 16, src + c * 16);
     }
@@ -197,6 +208,7 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
   // corrupt cursor (valid: w <= history, as the host check and the CPU op require): skip the row
   if (w < 0 || w > HB || w + n > RL || origin < 0 || origin >= RL) {
     cp_async_wait_all();
+    mbar_wait(&s_bar[warp], 0);  // no copy may still be landing in this CTA's shared memory after it exits
     return;
   }
   const bool flush = w + 2 * P.window > P.history + P.window;
@@ -206,14 +218,14 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
 
   // ---- wave 3: the history in logical order c (physical (origin + c) & (R - 1)) ----
   {
-    const int cpr = K * ksz / 16, dpr = rpc * dsz / 16;
+    const int cpr = K * ksz / 16, dpr = rpc * dsz / 16, cs = __ffs(cpr) - 1, ds = __ffs(dpr) - 1;
     for (int x = tid; x < w * cpr; x += nth) {
-      const int c = x / cpr, q = x % cpr;
+      const int c = x >> cs, q = x & (cpr - 1);
       stage16(s_kr + (c * KP) * ksz + q * 16,
               static_cast<const char*>(kr) + int64_t((origin + c) & mask) * K * ksz + q * 16);
     }
     for (int x = tid; x < w * dpr; x += nth) {
-      const int c = x / dpr, q = x % dpr;
+      const int c = x >> ds, q = x & (dpr - 1);
       stage16(s_d + (c * rpc) * dsz + q * 16,
               static_cast<const char*>(dr) + (int64_t((origin + c) & mask) * V + slice * rpc) * dsz + q * 16);
     }
@@ -257,14 +269,21 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
 
   // ---- prologue tiles: A rows ar = base + 8 tile + g (warp-uniform trip count) ----
   {
+    // With at most nw / 2 tiles, two warps share a tile (K halves, summed by the readers of s_Pq / s_Pk):
+    // the warps that have a tile reach B2 after ~1.5 tiles' work instead of 2 (ncu: a third of the
+    // stall cycles were at the CTA barriers).
     const int base = flush ? w : 0, nA = w + 2 * n - base, nT = (nA + kRW - 1) / kRW;
-    for (int tile = warp; tile < nT; tile += nw) {
+    const bool psplit = 2 * nT <= nw;
+    for (int u = warp; u < (psplit ? 2 * nT : nT); u += nw) {
+      const int tile = psplit ? u >> 1 : u, h0 = psplit ? (u & 1) : 0, h1 = psplit ? h0 + 1 : 2;
       const int ar = base + tile * kRW + g;
-      float d[4] = {0.f, 0.f, 0.f, 0.f}, d2[4] = {0.f, 0.f, 0.f, 0.f};  // even / odd chunks: two mma chains
+      float d[4] = {0.f, 0.f, 0.f, 0.f}, d2[4] = {0.f, 0.f, 0.f, 0.f};  // K halves: two mma chains
       auto run = [&](auto bp) {
         constexpr int BP = decltype(bp)::value;
+        auto half = [&](const int hh, float (&acc)[4]) {  // chunks of K half hh into acc
 #pragma unroll
-        for (int m = 0; m < NCH; ++m) {
+        for (int mm = 0; mm < NCH / 2; ++mm) {
+          const int m = hh * (NCH / 2) + mm;
           float bvv[VEC];
           const int col = m * CW + colt;
           if (ar < w) {
@@ -276,24 +295,27 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
 #pragma unroll
             for (int e = 0; e < VEC; ++e) bvv[e] = 0.f;
           }
-          tile_chunk<AT, VEC, BP>((m & 1) ? d2 : d, bvv, wq + m * CW, wk + m * CW, live);
+          tile_chunk<AT, VEC, BP>(acc, bvv, wq + m * CW, wk + m * CW, live);
         }
+        };
+        if (h0 == 0) half(0, d);
+        if (h1 == 2) half(1, d2);
       };
       if (kf32 || sizeof(AT) == 4) run(std::integral_constant<int, 2>{});
       else run(std::integral_constant<int, 1>{});
 #pragma unroll
       for (int x = 0; x < 4; ++x) d[x] += d2[x];
       if (live) {
-        const int r0 = base + tile * kRW + 2 * t, r1 = r0 + 1;
+        const int r0 = base + tile * kRW + 2 * t, r1 = r0 + 1, ph = psplit ? h0 : 0;
         if (r0 < w + 2 * n) {
           const float f = r0 < w ? s_om[r0] : 1.f;
-          s_Pq[r0][g] = d[0] * f;
-          s_Pk[r0][g] = d[2] * f;
+          s_Pq[ph][r0][g] = d[0] * f;
+          s_Pk[ph][r0][g] = d[2] * f;
         }
         if (r1 < w + 2 * n) {
           const float f = r1 < w ? s_om[r1] : 1.f;
-          s_Pq[r1][g] = d[1] * f;
-          s_Pk[r1][g] = d[3] * f;
+          s_Pq[ph][r1][g] = d[1] * f;
+          s_Pk[ph][r1][g] = d[3] * f;
         }
       }
     }
@@ -304,28 +326,40 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
   // flush folds chunk by chunk (each element's FMA order over c unchanged), writes the new checkpoint and
   // puts it, rounded to ST as stored, back into the lane's own shared chunk, which the tile then reads.
   float dx0, dx1, dy0, dy1;
+  mbar_wait(&s_bar[warp], 0);  // this warp's checkpoint rows
   {
     if (flush) {
       auto fold = [&](auto tag) {
         using KT = decltype(tag);
-#pragma unroll 2
-        for (int m = 0; m < NCH; ++m) {
-          float f[VEC];
-          VT::unpack(*reinterpret_cast<const uint4*>(s_st + m * CW), f);
+        // MG chunks at a time, c outer: MG independent FMA chains per history token (the fold of a
+        // flush row is on the CTA's critical path at small batch); each element's order over c unchanged.
+        constexpr int MG = NCH >= 4 ? NCH / 2 : NCH;
+#pragma unroll 1
+        for (int m0 = 0; m0 < NCH; m0 += MG) {
+          float f[MG][VEC];
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) f[e] *= tot;
-          const KT* kc = reinterpret_cast<const KT*>(s_kr) + colt + m * CW;
-#pragma unroll 4
+          for (int mm = 0; mm < MG; ++mm) {
+            VT::unpack(*reinterpret_cast<const uint4*>(s_st + (m0 + mm) * CW), f[mm]);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) f[mm][e] *= tot;
+          }
+          const KT* kc = reinterpret_cast<const KT*>(s_kr) + colt + m0 * CW;
           for (int c = 0; c < w; ++c) {
             const float cf = s_om[c] * dval(c, l);
-            float kv[VEC];
-            lds_f<KT, VEC>(kc + c * KP, kv);
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) f[e] = fmaf(cf, kv[e], f[e]);
+            for (int mm = 0; mm < MG; ++mm) {
+              float kv[VEC];
+              lds_f<KT, VEC>(kc + c * KP + mm * CW, kv);
+#pragma unroll
+              for (int e = 0; e < VEC; ++e) f[mm][e] = fmaf(cf, kv[e], f[mm][e]);
+            }
           }
           if (w > 0) {
-            VT::store(S + m * CW + colt, f);
-            VT::store(s_st + m * CW, f);
+#pragma unroll
+            for (int mm = 0; mm < MG; ++mm) {
+              VT::store(S + (m0 + mm) * CW + colt, f[mm]);
+              VT::store(s_st + (m0 + mm) * CW, f[mm]);
+            }
           }
         }
       };
@@ -344,15 +378,20 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
   }
   __syncthreads();  // B2
 
+  // prologue products: the two K halves of a split tile summed (only at the window rows the warps stored)
+  const bool psplit = 2 * ((w + 2 * n - (flush ? w : 0) + kRW - 1) / kRW) <= nw;
+  auto Pq = [&](int r, int s) { return psplit ? s_Pq[0][r][s] + s_Pq[1][r][s] : s_Pq[0][r][s]; };
+  auto Pk = [&](int r, int s) { return psplit ? s_Pk[0][r][s] + s_Pk[1][r][s] : s_Pk[0][r][s]; };
+
   // ---- window coefficients (norms applied here) ----
   for (int xx = tid; xx < kT * kT; xx += nth) {
     const int a = xx / kT, j = xx % kT;
     if (a < n && j <= a) {
       auto rn = [&](float ss) { return p.qk_l2norm ? 1.f / sqrtf(ss + 1e-6f) : 1.f; };
-      const float rka = rn(s_Pk[w + a][a]), rkj = rn(s_Pk[w + j][j]);
-      const float sca = rn(s_Pq[w + n + a][a]) * float(p.scale);
+      const float rka = rn(Pk(w + a, a)), rkj = rn(Pk(w + j, j));
+      const float sca = rn(Pq(w + n + a, a)) * float(p.scale);
       const float E = expf(s_gam[a] - s_gam[j]);
-      const float KK = s_Pk[w + j][a] * rkj * rka, KQ = s_Pq[w + j][a] * rkj * sca;
+      const float KK = Pk(w + j, a) * rkj * rka, KQ = Pq(w + j, a) * rkj * sca;
       s_L[a][j] = j < a ? -s_beta[a] * E * KK : 0.f;
       s_O[a][j] = E * KQ;
       if (j == a) {
@@ -367,7 +406,7 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
   if (!flush) {
     dx0 *= tot; dx1 *= tot; dy0 *= tot; dy1 *= tot;
     for (int c = 0; c < w; ++c) {
-      const float pq = s_Pq[c][g], pk = s_Pk[c][g];  // om_c included; junk for g >= n (unused)
+      const float pq = Pq(c, g), pk = Pk(c, g);  // om_c included; junk for g >= n (unused)
       const float d0 = dval(c, lr0), d1 = dval(c, lr0 + 1);
       dx0 = fmaf(pq, d0, dx0);
       dx1 = fmaf(pq, d1, dx1);
