@@ -42,18 +42,6 @@ __device__ __forceinline__ const void* cptr(const void* base, DType t, int64_t i
 }
 __device__ __forceinline__ void* mptr(void* base, DType t, int64_t i) { return static_cast<char*>(base) + i * esize(t); }
 
-// 4 consecutive elements of a float32 / 16-bit vector (16 B / 8 B aligned: checked in dispatch).
-__device__ __forceinline__ float4 ld4_any(const void* base, int64_t i, DType t) {
-  if (t == DType::f32) return *reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
-  const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const char*>(base) + i * 2);
-  if (t == DType::bf16) {
-    const __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162*>(&u.x), b = *reinterpret_cast<const __nv_bfloat162*>(&u.y);
-    return make_float4(__low2float(a), __high2float(a), __low2float(b), __high2float(b));
-  }
-  const __half2 a = *reinterpret_cast<const __half2*>(&u.x), b = *reinterpret_cast<const __half2*>(&u.y);
-  return make_float4(__low2float(a), __high2float(a), __low2float(b), __high2float(b));
-}
-
 // Sum over the LPR lanes of this lane's row group (LPR a power of two <= 32).
 __device__ __forceinline__ float group_sum(float v, int lpr) {
   for (int o = lpr >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

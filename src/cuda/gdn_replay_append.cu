@@ -59,7 +59,7 @@ struct AppendTile {
 };
 constexpr int kAppendMinCtas = 6;  // 6 x 128 threads x 80 registers = 61440 of 65536
 
-// Element i of a ring row staged in shared memory in the ring dtype (f32 / bf16 / f16), as ld4_any.
+// Element i of a ring row staged in shared memory in the ring dtype (f32 / bf16 / f16), as bits_f converts it.
 __device__ __forceinline__ float lds_ring(const void* s, int i, DType t) {
   if (t == DType::f32) return static_cast<const float*>(s)[i];
   const unsigned short u = static_cast<const unsigned short*>(s)[i];

@@ -7,9 +7,10 @@
 //   removed 2026-12-03: 39-41 % of copy against the quad's 46-50 %, docs/notes-gdn-cuda.md.)
 //   REPLAYSSM_GDN_CUDA_WARPS=1|2|4 forces the CTA shape of every kernel.
 // Quad tile: the checkpoint rows (16 x 16 B per thread) are loaded first, then the cursor.
-// Prologue: the history's k rows (j < w) and this CTA's slice of its d rows go to shared memory
-// (16-byte loads, warps 1..); warp 0 normalises q, k, computes the gates and scans the ring's g
-// into om_j = exp(G - G_j), tot = exp(G). Then, with the state S_prev = tot S0 + sum_j om_j d_j k_j^T:
+// Prologue: the history's k rows (j < w) and this CTA's slice of its d rows go to shared memory as fp32
+// (16-byte cp.async, warps 1..; 16-bit rings widened in place once copied); warp 0 normalises q, k,
+// computes the gates and scans the ring's g into om_j = exp(G - G_j), tot = exp(G). Then, with the state
+// S_prev = tot S0 + sum_j om_j d_j k_j^T:
 // * append (w < L-1), output-only: warps form cq_j = om_j k_j.q, ck_j = om_j k_j.k; per row
 //   S_prev q = tot S0 q + sum_j cq_j d_j[i] (the ring sum spread over the quad's lanes, folded into
 //   the same reduction), same for k; d = beta (v - alpha S_prev k), o = alpha S_prev q + d k.q;
@@ -26,6 +27,21 @@ namespace replayssm::cuda {
 namespace {
 
 using namespace gdn;
+
+// cp.async.wait_all with a memory clobber: the shared loads of the copied bytes that follow stay after it
+// (common.cuh's cp_async_wait_all has none; its users read only after a __syncthreads).
+__device__ __forceinline__ void cp_async_wait_all_mem() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// A 16-bit ring chunk (8 values, bf16 or f16) staged at dst + 4 widened to fp32 dst[0..7] in place (the
+// same values as a converting load); read whole before the first store overwrites it.
+__device__ __forceinline__ void widen_ring8(float* dst, DType t) {
+  const uint4 u = *reinterpret_cast<const uint4*>(dst + 4);
+  float f[8];
+  if (t == DType::bf16) Vec16<__nv_bfloat16>::unpack(u, f);
+  else Vec16<__half>::unpack(u, f);
+  reinterpret_cast<float4*>(dst)[0] = make_float4(f[0], f[1], f[2], f[3]);
+  reinterpret_cast<float4*>(dst)[1] = make_float4(f[4], f[5], f[6], f[7]);
+}
 
 // The quad kernel's work for one (row, CTA slice of a v-head); CTA-uniform returns only. FLUSH_ONLY (split
 // append path): the cursor is read first and it returns for w != L-1 before any checkpoint load (append
@@ -64,9 +80,9 @@ __device__ __forceinline__ void replay_quad_row(const GdnReplayParams P, const i
     for (int m = 0; m < NCH; ++m) raw[r][m] = VT::load_raw(S + int64_t(i0 + 8 * r) * K + TL::col(m, t));
   if constexpr (!FLUSH_ONLY) w = R.cursor[int64_t(slot) * R.cursor_slot];  // fused: behind the checkpoint loads
   const void* vp = cptr(p.v, p.act, int64_t(row) * p.v_tok + int64_t(hv) * p.v_head);
-  float v[RPT];
+  uint32_t vb[RPT];  // raw bits, converted once the history copies are issued (ld_any waited for each in turn)
 #pragma unroll
-  for (int r = 0; r < RPT; ++r) v[r] = ld_any(vp, i0 + 8 * r, p.act);
+  for (int r = 0; r < RPT; ++r) vb[r] = uint32_t(ld_bits(vp, i0 + 8 * r, p.act));
   if (w < 0 || w >= L) return;  // corrupt cursor: skip the row rather than write out of bounds
   const bool flush = w == L - 1;
   const int vpk = p.v_heads / p.k_heads, h = hv / vpk;
@@ -93,33 +109,42 @@ __device__ __forceinline__ void replay_quad_row(const GdnReplayParams P, const i
   }
   {  // history -> shared memory (warps 1.. when there are several; the others read only j < w)
     const int lt0 = nwarps > 1 ? 32 : 0, nl = int(blockDim.x) - lt0, tid = int(threadIdx.x) - lt0;
-    // fp32 rings: cp.async (no register round trip). Converting loads (16-bit rings) keep the dtype switch
-    // inside each iteration, so they wait one by one: one L2 round trip per float4 per thread.
+    // Every copy is a cp.async issued before any is waited for (a conversion next to its load made each
+    // thread wait one L2 round trip per float4: the 16-bit flush ran at 25-36 % of copy). 16-bit rings: chunk
+    // x (8 values, 16 B) lands in the upper half of its own fp32 destination (32 B at float 8x); after its
+    // own wait the thread that copied it widens it in place, touching no other thread's chunk (no barrier).
     if (tid >= 0) {
-      if (R.k_dtype == DType::f32) {
+      const bool k16 = R.k_dtype != DType::f32, d16 = R.d_dtype != DType::f32;
+      if (!k16) {
         for (int x = tid; x < w * (K / 4); x += nl)
           cp_async16(&s_dyn[x], static_cast<const float*>(kr) + int64_t(x) * 4);  // rows j < w are contiguous
       } else {
-#pragma unroll 4
-        for (int x = tid; x < w * (K / 4); x += nl) {
-          const int j = x / (K / 4), c = (x % (K / 4)) * 4;
-          s_dyn[(j * K + c) / 4] = ld4_any(kr, int64_t(j) * K + c, R.k_dtype);
-        }
+        for (int x = tid; x < w * (K / 8); x += nl)
+          cp_async16(&s_kr[8 * x + 4], static_cast<const uint16_t*>(kr) + int64_t(x) * 8);
       }
-      if (R.d_dtype == DType::f32) {
+      if (!d16) {
         for (int x = tid; x < w * (rpc / 4); x += nl) {
           const int j = x / (rpc / 4), c = (x % (rpc / 4)) * 4;
           cp_async16(&s_d[j * rpc + c], static_cast<const float*>(dr) + int64_t(j) * V + slice * rpc + c);
         }
       } else {
-#pragma unroll 4
-        for (int x = tid; x < w * (rpc / 4); x += nl) {
-          const int j = x / (rpc / 4), c = (x % (rpc / 4)) * 4;
-          reinterpret_cast<float4*>(s_d)[(j * rpc + c) / 4] = ld4_any(dr, int64_t(j) * V + slice * rpc + c, R.d_dtype);
+        for (int x = tid; x < w * (rpc / 8); x += nl) {  // x = j (rpc / 8) + c / 8: fp32 destination s_d + 8 x
+          const int j = x / (rpc / 8), c = (x % (rpc / 8)) * 8;
+          cp_async16(&s_d[8 * x + 4], static_cast<const uint16_t*>(dr) + int64_t(j) * V + slice * rpc + c);
         }
+      }
+      if (k16 || d16) {
+        cp_async_wait_all_mem();
+        if (k16)
+          for (int x = tid; x < w * (K / 8); x += nl) widen_ring8(&s_kr[8 * x], R.k_dtype);
+        if (d16)
+          for (int x = tid; x < w * (rpc / 8); x += nl) widen_ring8(&s_d[8 * x], R.d_dtype);
       }
     }
   }
+  float v[RPT];
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) v[r] = bits_f(vb[r], p.act);
   cp_async_wait_all();
   __syncthreads();
   const float alpha = ts.alpha, beta = ts.beta, kq = ts.kq, tot = s_tot;
@@ -311,6 +336,7 @@ void gdn_replay_decode(const GdnReplayParams& p, Stream stream) {
       constexpr int K = decltype(kc)::value;
       const int warps = quad_warps<ST, K>(p.step.rows, p.step.v_heads, p.step.head_v_dim);
       const int rpc = warps * 8 * QuadTile<ST, K>::RPT, slices = p.step.head_v_dim / rpc;
+      // fp32 history [L-1][K] + [L-1][rpc]; 16-bit rings are copied into it (upper half of each chunk), no more
       const size_t smem = std::max<size_t>(16, size_t(L - 1) * size_t(K + rpc) * sizeof(float));
       const unsigned gx = unsigned(p.step.v_heads * slices), block = unsigned(32 * warps);
       if (!split) {

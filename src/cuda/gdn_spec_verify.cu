@@ -32,19 +32,21 @@
 // per-warp shared transpose; the forward substitution runs per row with the 4 lanes of a row
 // redundant (stores spread over them, a % 4 == t).
 // Loads, in three dependent waves, each issued at once before anything waits: (1) slot_idx,
-// query_start_loc, A_log, dt_bias; (2) the checkpoint rows (registers), the cursor, the window's q, k rows
+// query_start_loc, A_log, dt_bias; (2) the checkpoint rows (cp.async), the cursor, the window's q, k rows
 // and this CTA's v columns (cp.async), a, b; (3) the history (k ring rows, this CTA's d-ring slice: cp.async;
 // 2-byte copies where a source is not 16-byte aligned) and the g ring, scanned while the copies
-// fly. One wait, B1; prologue tiles first (the state registers may still be arriving), state tile,
+// fly. One wait, B1; prologue tiles, state tile (from shared memory),
 // B2, ring term + coefficients, B3, substitution, stores.
 // Shared rows of q, k and the k history are padded to K + 16 elements (conflict-free fragment
-// loads). CTA: NW <= 8 warps x 8 rows (64 rows). Launch bound: K = 128: 2 CTAs of 256 threads
-// (<= 128 registers; at 80 registers for 3 CTAs ptxas spills 8-56 B), 16 warps / 64 KB of fp32
-// checkpoint per SM as the CUDA-core kernel, but each CTA's compute phase is ~1/3 as long, so a
-// larger share of its life has loads in flight; K = 64: 3 CTAs (<= 80 registers, no spill).
+// loads). CTA: NW <= 8 warps x 8 rows (64 rows). Occupancy (seventh session): the checkpoint is staged in
+// shared memory by cp.async instead of held in registers (32 per lane at fp32), and the flush folds one
+// 16-byte chunk at a time, so the kernel fits 80 registers with no spill and 3 CTAs of 256 threads per SM
+// (~61 KB of shared memory each at K = 128, fp32 state, history 16) instead of 2: 1.5x the checkpoint
+// bytes in flight per SM. The k / d history is sized by `history` (w <= history), not R - 1.
 #include <cstdlib>
 #include <string>
 
+#include "cuda/bulk_copy.cuh"
 #include "cuda/gdn_common.cuh"
 #include "cuda/ops.hpp"
 #include "cuda/spec_mma.cuh"
@@ -120,21 +122,24 @@ __device__ __forceinline__ void tile_chunk(float (&d)[4], const float (&bv)[VEC]
 }
 
 template <class ST, class AT, int K>
-__global__ void __launch_bounds__(256, K == 128 ? 2 : 3) gdn_verify_kernel(const GdnVerifyParams P, const int slices) {
+__global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParams P, const int slices) {
   using VT = Vec16<ST>;
-  constexpr int VEC = VT::kN, CW = 4 * VEC, NCH = K / CW, NC = K / 4, KP = K + 16;
+  constexpr int VEC = VT::kN, CW = 4 * VEC, NCH = K / CW, NC = K / 4, KP = K + 16, KS = K + VEC;
   constexpr int BPS = spec::Parts<ST>::kN;
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;
-  __shared__ __align__(16) float s_Pq[kAR][kT], s_Pk[kAR][kT];  // A_r . q_s, A_r . k_s (raw q, k; rows c < w x om_c)
+  // A_r . q_s, A_r . k_s (raw q, k; rows c < w x om_c); [1]: the second half of K when a tile is split
+  __shared__ __align__(16) float s_Pq[2][kAR][kT], s_Pk[2][kAR][kT];
+  __shared__ __align__(8) uint64_t s_bar[8];  // per warp: its 8 checkpoint rows landed
   __shared__ float s_hx[kMaxRows][kT + 1], s_hy[kMaxRows][kT + 1];  // S_h q_s, S_h k_s per CTA row (un-normalised)
   __shared__ float s_L[kT][kT], s_O[kT][kT];
   __shared__ float s_om[32], s_gam[kT], s_beta[kT], s_ea[kT], s_sq[kT], s_sk[kT], s_tot;
-  extern __shared__ __align__(16) unsigned char s_dyn[];  // q, k [kT][KP], v [kT][rpc] (AT); k ring [RL-1][KP], d slice
+  // checkpoint rows [rpc][KS] (ST); q, k [kT][KP], v [kT][rpc] (AT); k ring [HB][KP], d slice [HB][rpc]
+  extern __shared__ __align__(16) unsigned char s_dyn[];
 
   const int row = blockIdx.y, hv = blockIdx.x / slices, slice = blockIdx.x % slices;
   const int tid = threadIdx.x, nth = blockDim.x, warp = tid >> 5, lane = tid & 31, nw = nth >> 5;
-  const int V = p.head_v_dim, RL = R.ring, mask = RL - 1;
+  const int V = p.head_v_dim, RL = R.ring, mask = RL - 1, HB = P.history;
   const int rpc = nw * kRW;
   const int g = lane >> 2, t = lane & 3;
   const int l = warp * kRW + g, i = slice * rpc + l;  // this lane's state row (B operand row g)
@@ -153,19 +158,33 @@ __global__ void __launch_bounds__(256, K == 128 ? 2 : 3) gdn_verify_kernel(const
   if (slot < 0 || slot >= p.slots) return;  // padding row: nothing read or written (whole CTA)
 
   // ---- wave 2 ----
+  // The checkpoint goes to shared memory, not registers: the 32 registers per lane that held it in
+  // flight let 3 CTAs per SM in instead of 2 (docs/notes-gdn-cuda.md, seventh session). One bulk copy
+  // per row (lane t == 0 of each row), completing on the warp's own mbarrier: the warp waits for its
+  // rows only at its state tile, so the prologue tiles run while they land (as with registers), and
+  // the CTA barrier B1 does not wait for them. Row stride KS = K + one 16-byte chunk: the 8 rows of a
+  // fragment load hit different banks.
   ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + int64_t(hv) * V * K + int64_t(i) * K;
-  uint4 raw[NCH];
-#pragma unroll
-  for (int m = 0; m < NCH; ++m) raw[m] = VT::load_raw(S + m * CW + colt);
+  ST* s_st = reinterpret_cast<ST*>(s_dyn) + l * KS + colt;  // + m * CW
+  const bool win_ok = n > 0 && n <= kT;
+  if (win_ok) {
+    if (lane == 0) {
+      mbar_init(&s_bar[warp], 1);
+      mbar_init_fence();
+      mbar_arrive_expect_tx(&s_bar[warp], unsigned(kRW * K * sizeof(ST)));
+    }
+    __syncwarp();
+    if (t == 0) bulk_load(s_st - colt, S, unsigned(K * sizeof(ST)), &s_bar[warp]);
+  }
   const int w = R.cursor[int64_t(slot) * R.cursor_slot], origin = R.cursor[int64_t(slot) * R.cursor_slot + 1];
   if (n <= 0 || n > kT) return;  // empty window: a no-op (whole CTA)
   const int vpk = p.v_heads / p.k_heads, h = hv / vpk;
-  AT* s_q = reinterpret_cast<AT*>(s_dyn);
+  AT* s_q = reinterpret_cast<AT*>(reinterpret_cast<ST*>(s_dyn) + rpc * KS);
   AT* s_k = s_q + kT * KP;
   AT* s_v = s_k + kT * KP;
   unsigned char* s_kr = reinterpret_cast<unsigned char*>(s_v + kT * rpc);  // [RL-1][KP], k ring dtype
   const int ksz = int(esize(R.k_dtype)), dsz = int(esize(R.d_dtype));
-  unsigned char* s_d = s_kr + size_t(RL - 1) * KP * ksz;  // [RL-1][rpc], d ring dtype
+  unsigned char* s_d = s_kr + size_t(HB) * KP * ksz;  // [HB][rpc], d ring dtype
   {
     constexpr int cpr = K * int(sizeof(AT)) / 16;
     for (int x = tid; x < 2 * n * cpr; x += nth) {
@@ -174,9 +193,9 @@ __global__ void __launch_bounds__(256, K == 128 ? 2 : 3) gdn_verify_kernel(const
                               : static_cast<const char*>(cptr(p.k, p.act, (t0 + s) * p.k_tok + int64_t(h) * p.k_head));
       stage16(reinterpret_cast<char*>((r < n ? s_q : s_k) + s * KP) + c * 16, src + c * 16);
     }
-    const int vpr = rpc * int(sizeof(AT)) / 16;
+    const int vpr = rpc * int(sizeof(AT)) / 16, vs = __ffs(vpr) - 1;  // powers of two: shifts, not divisions
     for (int x = tid; x < n * vpr; x += nth) {
-      const int a = x / vpr, c = x % vpr;
+      const int a = x >> vs, c = x & (vpr - 1);
       const char* src = static_cast<const char*>(cptr(p.v, p.act, (t0 + a) * p.v_tok + int64_t(hv) * p.v_head + slice * rpc));
       stage16(reinterpret_cast<char*>(s_v + a * rpc) + c * 16, src + c * 16);
     }
@@ -186,8 +205,10 @@ __global__ void __launch_bounds__(256, K == 128 ? 2 : 3) gdn_verify_kernel(const
     av_b = ld_bits(p.a, (t0 + lane) * p.a_tok + int64_t(hv) * p.a_head, p.a_dtype);
     bv_b = ld_bits(p.b, (t0 + lane) * p.b_tok + int64_t(hv) * p.b_head, p.b_dtype);
   }
-  if (w < 0 || w > 31 || w + n > RL || origin < 0 || origin >= RL) {  // corrupt cursor: skip the row
+  // corrupt cursor (valid: w <= history, as the host check and the CPU op require): skip the row
+  if (w < 0 || w > HB || w + n > RL || origin < 0 || origin >= RL) {
     cp_async_wait_all();
+    mbar_wait(&s_bar[warp], 0);  // no copy may still be landing in this CTA's shared memory after it exits
     return;
   }
   const bool flush = w + 2 * P.window > P.history + P.window;
@@ -197,14 +218,14 @@ __global__ void __launch_bounds__(256, K == 128 ? 2 : 3) gdn_verify_kernel(const
 
   // ---- wave 3: the history in logical order c (physical (origin + c) & (R - 1)) ----
   {
-    const int cpr = K * ksz / 16, dpr = rpc * dsz / 16;
+    const int cpr = K * ksz / 16, dpr = rpc * dsz / 16, cs = __ffs(cpr) - 1, ds = __ffs(dpr) - 1;
     for (int x = tid; x < w * cpr; x += nth) {
-      const int c = x / cpr, q = x % cpr;
+      const int c = x >> cs, q = x & (cpr - 1);
       stage16(s_kr + (c * KP) * ksz + q * 16,
               static_cast<const char*>(kr) + int64_t((origin + c) & mask) * K * ksz + q * 16);
     }
     for (int x = tid; x < w * dpr; x += nth) {
-      const int c = x / dpr, q = x % dpr;
+      const int c = x >> ds, q = x & (dpr - 1);
       stage16(s_d + (c * rpc) * dsz + q * 16,
               static_cast<const char*>(dr) + (int64_t((origin + c) & mask) * V + slice * rpc) * dsz + q * 16);
     }
@@ -248,14 +269,21 @@ __global__ void __launch_bounds__(256, K == 128 ? 2 : 3) gdn_verify_kernel(const
 
   // ---- prologue tiles: A rows ar = base + 8 tile + g (warp-uniform trip count) ----
   {
+    // With at most nw / 2 tiles, two warps share a tile (K halves, summed by the readers of s_Pq / s_Pk):
+    // the warps that have a tile reach B2 after ~1.5 tiles' work instead of 2 (ncu: a third of the
+    // stall cycles were at the CTA barriers).
     const int base = flush ? w : 0, nA = w + 2 * n - base, nT = (nA + kRW - 1) / kRW;
-    for (int tile = warp; tile < nT; tile += nw) {
+    const bool psplit = 2 * nT <= nw;
+    for (int u = warp; u < (psplit ? 2 * nT : nT); u += nw) {
+      const int tile = psplit ? u >> 1 : u, h0 = psplit ? (u & 1) : 0, h1 = psplit ? h0 + 1 : 2;
       const int ar = base + tile * kRW + g;
-      float d[4] = {0.f, 0.f, 0.f, 0.f};
+      float d[4] = {0.f, 0.f, 0.f, 0.f}, d2[4] = {0.f, 0.f, 0.f, 0.f};  // K halves: two mma chains
       auto run = [&](auto bp) {
         constexpr int BP = decltype(bp)::value;
+        auto half = [&](const int hh, float (&acc)[4]) {  // chunks of K half hh into acc
 #pragma unroll
-        for (int m = 0; m < NCH; ++m) {
+        for (int mm = 0; mm < NCH / 2; ++mm) {
+          const int m = hh * (NCH / 2) + mm;
           float bvv[VEC];
           const int col = m * CW + colt;
           if (ar < w) {
@@ -267,89 +295,103 @@ __global__ void __launch_bounds__(256, K == 128 ? 2 : 3) gdn_verify_kernel(const
 #pragma unroll
             for (int e = 0; e < VEC; ++e) bvv[e] = 0.f;
           }
-          tile_chunk<AT, VEC, BP>(d, bvv, wq + m * CW, wk + m * CW, live);
+          tile_chunk<AT, VEC, BP>(acc, bvv, wq + m * CW, wk + m * CW, live);
         }
+        };
+        if (h0 == 0) half(0, d);
+        if (h1 == 2) half(1, d2);
       };
       if (kf32 || sizeof(AT) == 4) run(std::integral_constant<int, 2>{});
       else run(std::integral_constant<int, 1>{});
+#pragma unroll
+      for (int x = 0; x < 4; ++x) d[x] += d2[x];
       if (live) {
-        const int r0 = base + tile * kRW + 2 * t, r1 = r0 + 1;
+        const int r0 = base + tile * kRW + 2 * t, r1 = r0 + 1, ph = psplit ? h0 : 0;
         if (r0 < w + 2 * n) {
           const float f = r0 < w ? s_om[r0] : 1.f;
-          s_Pq[r0][g] = d[0] * f;
-          s_Pk[r0][g] = d[2] * f;
+          s_Pq[ph][r0][g] = d[0] * f;
+          s_Pk[ph][r0][g] = d[2] * f;
         }
         if (r1 < w + 2 * n) {
           const float f = r1 < w ? s_om[r1] : 1.f;
-          s_Pq[r1][g] = d[1] * f;
-          s_Pk[r1][g] = d[3] * f;
+          s_Pq[ph][r1][g] = d[1] * f;
+          s_Pk[ph][r1][g] = d[3] * f;
         }
       }
     }
   }
 
   // ---- the state tile: D = [q; k] S_h^T over this warp's 8 rows ----
+  // One chunk of VEC columns live at a time (the whole row in registers spilled at 80 registers): the
+  // flush folds chunk by chunk (each element's FMA order over c unchanged), writes the new checkpoint and
+  // puts it, rounded to ST as stored, back into the lane's own shared chunk, which the tile then reads.
   float dx0, dx1, dy0, dy1;
+  mbar_wait(&s_bar[warp], 0);  // this warp's checkpoint rows
   {
-    float st[NC];
-#pragma unroll
-    for (int m = 0; m < NCH; ++m) {
-      float f[VEC];
-      VT::unpack(raw[m], f);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) st[m * VEC + e] = f[e];
-    }
     if (flush) {
-#pragma unroll
-      for (int e = 0; e < NC; ++e) st[e] *= tot;
       auto fold = [&](auto tag) {
         using KT = decltype(tag);
-        for (int c = 0; c < w; ++c) {
-          const float cf = s_om[c] * dval(c, l);
-          const KT* kc = reinterpret_cast<const KT*>(s_kr) + c * KP + colt;
+        // MG chunks at a time, c outer: MG independent FMA chains per history token (the fold of a
+        // flush row is on the CTA's critical path at small batch); each element's order over c unchanged.
+        constexpr int MG = NCH >= 4 ? NCH / 2 : NCH;
+#pragma unroll 1
+        for (int m0 = 0; m0 < NCH; m0 += MG) {
+          float f[MG][VEC];
 #pragma unroll
-          for (int m = 0; m < NCH; ++m) {
-            float kv[VEC];
-            lds_f<KT, VEC>(kc + m * CW, kv);
+          for (int mm = 0; mm < MG; ++mm) {
+            VT::unpack(*reinterpret_cast<const uint4*>(s_st + (m0 + mm) * CW), f[mm]);
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) st[m * VEC + e] = fmaf(cf, kv[e], st[m * VEC + e]);
+            for (int e = 0; e < VEC; ++e) f[mm][e] *= tot;
+          }
+          const KT* kc = reinterpret_cast<const KT*>(s_kr) + colt + m0 * CW;
+          for (int c = 0; c < w; ++c) {
+            const float cf = s_om[c] * dval(c, l);
+#pragma unroll
+            for (int mm = 0; mm < MG; ++mm) {
+              float kv[VEC];
+              lds_f<KT, VEC>(kc + c * KP + mm * CW, kv);
+#pragma unroll
+              for (int e = 0; e < VEC; ++e) f[mm][e] = fmaf(cf, kv[e], f[mm][e]);
+            }
+          }
+          if (w > 0) {
+#pragma unroll
+            for (int mm = 0; mm < MG; ++mm) {
+              VT::store(S + (m0 + mm) * CW + colt, f[mm]);
+              VT::store(s_st + (m0 + mm) * CW, f[mm]);
+            }
           }
         }
       };
       if (kf32) fold(float{}); else fold(AT{});
-      if (w > 0) {
-#pragma unroll
-        for (int m = 0; m < NCH; ++m) {
-          float f[VEC];
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) f[e] = st[m * VEC + e];
-          VT::store(S + m * CW + colt, f);
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) st[m * VEC + e] = Traits<ST>::to_f(Traits<ST>::from_f(f[e]));
-        }
-      }
     }
-    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    // Even and odd chunks accumulate separately: two dependent mma chains of NCH / 2 chunks instead of one
+    // of NCH (the tile sits on the CTA's critical path to B2).
+    float d[4] = {0.f, 0.f, 0.f, 0.f}, d2[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int m = 0; m < NCH; ++m) {
       float bvv[VEC];
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) bvv[e] = st[m * VEC + e];
-      tile_chunk<AT, VEC, BPS>(d, bvv, wq + m * CW, wk + m * CW, live);
+      VT::unpack(*reinterpret_cast<const uint4*>(s_st + m * CW), bvv);
+      tile_chunk<AT, VEC, BPS>((m & 1) ? d2 : d, bvv, wq + m * CW, wk + m * CW, live);
     }
-    dx0 = d[0]; dx1 = d[1]; dy0 = d[2]; dy1 = d[3];
+    dx0 = d[0] + d2[0]; dx1 = d[1] + d2[1]; dy0 = d[2] + d2[2]; dy1 = d[3] + d2[3];
   }
   __syncthreads();  // B2
+
+  // prologue products: the two K halves of a split tile summed (only at the window rows the warps stored)
+  const bool psplit = 2 * ((w + 2 * n - (flush ? w : 0) + kRW - 1) / kRW) <= nw;
+  auto Pq = [&](int r, int s) { return psplit ? s_Pq[0][r][s] + s_Pq[1][r][s] : s_Pq[0][r][s]; };
+  auto Pk = [&](int r, int s) { return psplit ? s_Pk[0][r][s] + s_Pk[1][r][s] : s_Pk[0][r][s]; };
 
   // ---- window coefficients (norms applied here) ----
   for (int xx = tid; xx < kT * kT; xx += nth) {
     const int a = xx / kT, j = xx % kT;
     if (a < n && j <= a) {
       auto rn = [&](float ss) { return p.qk_l2norm ? 1.f / sqrtf(ss + 1e-6f) : 1.f; };
-      const float rka = rn(s_Pk[w + a][a]), rkj = rn(s_Pk[w + j][j]);
-      const float sca = rn(s_Pq[w + n + a][a]) * float(p.scale);
+      const float rka = rn(Pk(w + a, a)), rkj = rn(Pk(w + j, j));
+      const float sca = rn(Pq(w + n + a, a)) * float(p.scale);
       const float E = expf(s_gam[a] - s_gam[j]);
-      const float KK = s_Pk[w + j][a] * rkj * rka, KQ = s_Pq[w + j][a] * rkj * sca;
+      const float KK = Pk(w + j, a) * rkj * rka, KQ = Pq(w + j, a) * rkj * sca;
       s_L[a][j] = j < a ? -s_beta[a] * E * KK : 0.f;
       s_O[a][j] = E * KQ;
       if (j == a) {
@@ -364,7 +406,7 @@ __global__ void __launch_bounds__(256, K == 128 ? 2 : 3) gdn_verify_kernel(const
   if (!flush) {
     dx0 *= tot; dx1 *= tot; dy0 *= tot; dy1 *= tot;
     for (int c = 0; c < w; ++c) {
-      const float pq = s_Pq[c][g], pk = s_Pk[c][g];  // om_c included; junk for g >= n (unused)
+      const float pq = Pq(c, g), pk = Pk(c, g);  // om_c included; junk for g >= n (unused)
       const float d0 = dval(c, lr0), d1 = dval(c, lr0 + 1);
       dx0 = fmaf(pq, d0, dx0);
       dx1 = fmaf(pq, d1, dx1);
@@ -410,7 +452,7 @@ __global__ void __launch_bounds__(256, K == 128 ? 2 : 3) gdn_verify_kernel(const
 // per SM than the launch bound lets in (2 at K = 128, 3 at K = 64); 8 rows per warp: 8, 16, 32, 64 rows per
 // CTA (gdn_common.cuh's cta_warps; REPLAYSSM_GDN_CUDA_WARPS=1|2|4|8 forces a shape).
 int verify_warps(int rows, int v_heads, int K, int V) {
-  return cta_warps(rows, v_heads, V, kRW, 8, K == 128 ? 2 : 3, /*divides=*/true);
+  return cta_warps(rows, v_heads, V, kRW, 8, 3, /*divides=*/true);
 }
 
 }  // namespace
@@ -435,10 +477,14 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
       with_float_type(p.step.act, "in.q", [&](auto a) {
         using AT = decltype(a);
         const size_t asz = sizeof(AT), KP = K + 16;
-        const size_t smem = 2 * size_t(kT) * KP * asz + size_t(kT) * rpc * asz +
-                            size_t(std::max(RL - 1, 0)) * (KP * esize(p.ring.k_dtype) + rpc * esize(p.ring.d_dtype));
-        gdn_verify_kernel<ST, AT, K><<<dim3(unsigned(p.step.v_heads * slices), unsigned(p.step.rows)),
-                                          dim3(unsigned(32 * warps)), smem, st>>>(p, slices);
+        const size_t smem = size_t(rpc) * (K + 16 / sizeof(ST)) * sizeof(ST) + 2 * size_t(kT) * KP * asz +
+                            size_t(kT) * rpc * asz +
+                            size_t(p.history) * (KP * esize(p.ring.k_dtype) + rpc * esize(p.ring.d_dtype));
+        auto kernel = gdn_verify_kernel<ST, AT, K>;
+        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                   "gdn_spec_verify");
+        kernel<<<dim3(unsigned(p.step.v_heads * slices), unsigned(p.step.rows)), dim3(unsigned(32 * warps)), smem,
+                 st>>>(p, slices);
       });
     });
   });

@@ -157,8 +157,8 @@ void check_cuda_limits(const Checked& c, const GdnGeometry& geo, const TensorVie
                                 str(state.stride[0]) + " elements");
 }
 
-// The CUDA ReplaySSM decode reads the d / k history with 16-byte (float32) or 8-byte (16-bit)
-// vector loads: base and slot stride must be 16-byte aligned (rows are then aligned: K, V >= 64).
+// The CUDA ReplaySSM decode copies the d / k history in 16-byte chunks (cp.async, every ring dtype):
+// base and slot stride must be 16-byte aligned (rows and V-slices are then aligned: K, V >= 64).
 void check_cuda_ring_alignment(const Checked& c, const TensorView& d, const TensorView& k) {
   if (c.dev.type != DeviceType::cuda) return;
   for (const auto& [name, t] : {std::pair<const char*, const TensorView&>{"cache.d_ring", d}, {"cache.k_ring", k}})
