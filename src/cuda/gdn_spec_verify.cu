@@ -450,7 +450,7 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
 }
 
 // Warps per CTA: 8 (64 rows; V is 64 or 128), a CTA's rows dividing V, halved while the grid has fewer CTAs
-// per SM than the launch bound lets in (2 at K = 128, 3 at K = 64); 8 rows per warp: 8, 16, 32, 64 rows per
+// per SM than the launch bound lets in (3); 8 rows per warp: 8, 16, 32, 64 rows per
 // CTA (gdn_common.cuh's cta_warps; REPLAYSSM_GDN_CUDA_WARPS=1|2|4|8 forces a shape).
 int verify_warps(int rows, int v_heads, int K, int V) {
   return cta_warps(rows, v_heads, V, kRW, 8, 3, /*divides=*/true);
