@@ -125,7 +125,7 @@ __device__ __forceinline__ void tile_chunk(float (&d)[4], const float (&bv)[VEC]
 template <class ST, class AT, int K>
 __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParams P, const int slices) {
   using VT = Vec16<ST>;
-  constexpr int VEC = VT::kN, CW = 4 * VEC, NCH = K / CW, NC = K / 4, KP = K + 16, KS = K + VEC;
+  constexpr int VEC = VT::kN, CW = 4 * VEC, NCH = K / CW, KP = K + 16, KS = K + VEC;
   constexpr int BPS = spec::Parts<ST>::kN;
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;
@@ -163,8 +163,9 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
   // flight let 3 CTAs per SM in instead of 2 (docs/notes-gdn-cuda.md, seventh session). One bulk copy
   // per row (lane t == 0 of each row), completing on the warp's own mbarrier: the warp waits for its
   // rows only at its state tile, so the prologue tiles run while they land (as with registers), and
-  // the CTA barrier B1 does not wait for them. Row stride KS = K + one 16-byte chunk: the 8 rows of a
-  // fragment load hit different banks.
+  // the CTA barrier B1 does not wait for them. Row stride KS = K + one 16-byte chunk (a 4-bank shift per
+  // row: the two rows of a quarter-warp still overlap in 12 banks, so the fragment loads stay 2-way
+  // conflicted; branch experiment/gdn-verify-warp-bulk drops the pad).
   ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + int64_t(hv) * V * K + int64_t(i) * K;
   ST* s_st = reinterpret_cast<ST*>(s_dyn) + l * KS + colt;  // + m * CW
   const bool win_ok = n > 0 && n <= kT;
@@ -178,7 +179,7 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
     if (t == 0) bulk_load(s_st - colt, S, unsigned(K * sizeof(ST)), &s_bar[warp]);
   }
   const int w = R.cursor[int64_t(slot) * R.cursor_slot], origin = R.cursor[int64_t(slot) * R.cursor_slot + 1];
-  if (n <= 0 || n > kT) return;  // empty window: a no-op (whole CTA)
+  if (!win_ok) return;  // empty window: a no-op (whole CTA)
   const int vpk = p.v_heads / p.k_heads, h = hv / vpk;
   AT* s_q = reinterpret_cast<AT*>(reinterpret_cast<ST*>(s_dyn) + rpc * KS);
   AT* s_k = s_q + kT * KP;
@@ -269,12 +270,12 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
   };
 
   // ---- prologue tiles: A rows ar = base + 8 tile + g (warp-uniform trip count) ----
+  // With at most nw / 2 tiles, two warps share a tile (K halves, summed by the readers of s_Pq / s_Pk):
+  // the warps that have a tile reach B2 after ~1.5 tiles' work instead of 2 (ncu: a third of the
+  // stall cycles were at the CTA barriers).
+  const int base = flush ? w : 0, nT = (w + 2 * n - base + kRW - 1) / kRW;
+  const bool psplit = 2 * nT <= nw;
   {
-    // With at most nw / 2 tiles, two warps share a tile (K halves, summed by the readers of s_Pq / s_Pk):
-    // the warps that have a tile reach B2 after ~1.5 tiles' work instead of 2 (ncu: a third of the
-    // stall cycles were at the CTA barriers).
-    const int base = flush ? w : 0, nA = w + 2 * n - base, nT = (nA + kRW - 1) / kRW;
-    const bool psplit = 2 * nT <= nw;
     for (int u = warp; u < (psplit ? 2 * nT : nT); u += nw) {
       const int tile = psplit ? u >> 1 : u, h0 = psplit ? (u & 1) : 0, h1 = psplit ? h0 + 1 : 2;
       const int ar = base + tile * kRW + g;
@@ -380,7 +381,6 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
   __syncthreads();  // B2
 
   // prologue products: the two K halves of a split tile summed (only at the window rows the warps stored)
-  const bool psplit = 2 * ((w + 2 * n - (flush ? w : 0) + kRW - 1) / kRW) <= nw;
   auto Pq = [&](int r, int s) { return psplit ? s_Pq[0][r][s] + s_Pq[1][r][s] : s_Pq[0][r][s]; };
   auto Pk = [&](int r, int s) { return psplit ? s_Pk[0][r][s] + s_Pk[1][r][s] : s_Pk[0][r][s]; };
 
@@ -466,7 +466,7 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
   if (p.ring.ring > 32)
     throw Error("spec", "the CUDA kernels support ring lengths up to 32 (history + window <= 32), got " + std::to_string(p.ring.ring));
   auto st = static_cast<cudaStream_t>(stream);
-  const int V = p.step.head_v_dim, RL = p.ring.ring;
+  const int V = p.step.head_v_dim;
   if (V % kRW != 0) throw Error("geo", "the CUDA verify needs head_v_dim a multiple of 8, got " + std::to_string(V));
   const int warps = verify_warps(p.step.rows, p.step.v_heads, p.step.head_k_dim, V);
   const int rpc = warps * kRW;
