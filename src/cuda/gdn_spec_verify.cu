@@ -32,17 +32,18 @@
 // per-warp shared transpose; the forward substitution runs per row with the 4 lanes of a row
 // redundant (stores spread over them, a % 4 == t).
 // Loads, in three dependent waves, each issued at once before anything waits: (1) slot_idx,
-// query_start_loc, A_log, dt_bias; (2) the checkpoint rows (cp.async), the cursor, the window's q, k rows
-// and this CTA's v columns (cp.async), a, b; (3) the history (k ring rows, this CTA's d-ring slice: cp.async;
-// 2-byte copies where a source is not 16-byte aligned) and the g ring, scanned while the copies
-// fly. One wait, B1; prologue tiles, state tile (from shared memory),
-// B2, ring term + coefficients, B3, substitution, stores.
+// query_start_loc, A_log, dt_bias; (2) the checkpoint rows (bulk copies on per-warp mbarriers), the
+// cursor, the window's q, k rows and this CTA's v columns (cp.async), a, b; (3) the history (k ring rows,
+// this CTA's d-ring slice: cp.async; 2-byte copies where a source is not 16-byte aligned) and the g ring,
+// scanned while the copies fly. B1 (cp.async only); prologue tiles; each warp waits for its checkpoint
+// rows, state tile (from shared memory); B2, ring term + coefficients, B3, substitution, stores.
 // Shared rows of q, k and the k history are padded to K + 16 elements (conflict-free fragment
 // loads). CTA: NW <= 8 warps x 8 rows (64 rows). Occupancy (seventh session): the checkpoint is staged in
-// shared memory by cp.async instead of held in registers (32 per lane at fp32), and the flush folds one
-// 16-byte chunk at a time, so the kernel fits 80 registers with no spill and 3 CTAs of 256 threads per SM
-// (~61 KB of shared memory each at K = 128, fp32 state, history 16) instead of 2: 1.5x the checkpoint
-// bytes in flight per SM. The k / d history is sized by `history` (w <= history), not R - 1.
+// shared memory instead of held in registers (32 per lane at fp32), and the flush folds NCH / 2 chunks
+// per pass, so the kernel fits 80 registers with no spill (fp32 state) and 3 CTAs of 256 threads per SM
+// (~64 KB of shared memory each at K = 128, fp32 state, history 16) instead of 2. The k / d history is
+// sized by `history` (w <= history), not R - 1. Measured: 33 -> 39 % of copy at b512; the kernel is now
+// bound by its instruction count (~50 % integer / address work) and its barriers (docs/notes-gdn-cuda.md).
 #include <cstdlib>
 #include <string>
 
@@ -328,9 +329,9 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
   }
 
   // ---- the state tile: D = [q; k] S_h^T over this warp's 8 rows ----
-  // One chunk of VEC columns live at a time (the whole row in registers spilled at 80 registers): the
-  // flush folds chunk by chunk (each element's FMA order over c unchanged), writes the new checkpoint and
-  // puts it, rounded to ST as stored, back into the lane's own shared chunk, which the tile then reads.
+  // Not the whole row in registers (it spilled at 80 registers): the flush folds half the row's chunks
+  // per pass (each element's FMA order over c unchanged), writes the new checkpoint and puts it, rounded
+  // to ST as stored, back into the lane's own shared chunks, which the tile then reads.
   float dx0, dx1, dy0, dy1;
   mbar_wait(&s_bar[warp], 0);  // this warp's checkpoint rows
   {
