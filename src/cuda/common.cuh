@@ -111,7 +111,8 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
 }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+// The memory clobber keeps the compiler from moving shared loads of the copied bytes above the wait.
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 // Copy `rows` rows of `cols` elements (row strides in elements) into shared memory, by all `nth` threads.
 // vec16: every row start and `cols * sizeof(T)` are 16-byte multiples (checked by the caller on the host),

@@ -28,10 +28,6 @@ namespace {
 
 using namespace gdn;
 
-// cp.async.wait_all with a memory clobber: the shared loads of the copied bytes that follow stay after it
-// (common.cuh's cp_async_wait_all has none; its users read only after a __syncthreads).
-__device__ __forceinline__ void cp_async_wait_all_mem() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
 // A 16-bit ring chunk (8 values, bf16 or f16) staged at dst + 4 widened to fp32 dst[0..7] in place (the
 // same values as a converting load); read whole before the first store overwrites it.
 __device__ __forceinline__ void widen_ring8(float* dst, DType t) {
@@ -134,7 +130,7 @@ __device__ __forceinline__ void replay_quad_row(const GdnReplayParams P, const i
         }
       }
       if (k16 || d16) {
-        cp_async_wait_all_mem();
+        cp_async_wait_all();
         if (k16)
           for (int x = tid; x < w * (K / 8); x += nl) widen_ring8(&s_kr[8 * x], R.k_dtype);
         if (d16)

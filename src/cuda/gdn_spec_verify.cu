@@ -125,7 +125,7 @@ __device__ __forceinline__ void tile_chunk(float (&d)[4], const float (&bv)[VEC]
 template <class ST, class AT, int K>
 __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParams P, const int slices) {
   using VT = Vec16<ST>;
-  constexpr int VEC = VT::kN, CW = 4 * VEC, NCH = K / CW, NC = K / 4, KP = K + 16;
+  constexpr int VEC = VT::kN, CW = 4 * VEC, NCH = K / CW, KP = K + 16;
   constexpr int BPS = spec::Parts<ST>::kN;
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
     __syncwarp();  // the barrier is initialised before any lane waits on it
   }
   const int w = R.cursor[int64_t(slot) * R.cursor_slot], origin = R.cursor[int64_t(slot) * R.cursor_slot + 1];
-  if (n <= 0 || n > kT) return;  // empty window: a no-op (whole CTA)
+  if (!win_ok) return;  // empty window: a no-op (whole CTA)
   const int vpk = p.v_heads / p.k_heads;
   const bool vpk2 = (vpk & (vpk - 1)) == 0;
   const int h = vpk2 ? hv >> (__ffs(vpk) - 1) : hv / vpk;
@@ -275,12 +275,12 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
   };
 
   // ---- prologue tiles: A rows ar = base + 8 tile + g (warp-uniform trip count) ----
+  // With at most nw / 2 tiles, two warps share a tile (K halves, summed by the readers of s_Pq / s_Pk):
+  // the warps that have a tile reach B2 after ~1.5 tiles' work instead of 2 (ncu: a third of the
+  // stall cycles were at the CTA barriers).
+  const int base = flush ? w : 0, nT = (w + 2 * n - base + kRW - 1) / kRW;
+  const bool psplit = 2 * nT <= nw;
   {
-    // With at most nw / 2 tiles, two warps share a tile (K halves, summed by the readers of s_Pq / s_Pk):
-    // the warps that have a tile reach B2 after ~1.5 tiles' work instead of 2 (ncu: a third of the
-    // stall cycles were at the CTA barriers).
-    const int base = flush ? w : 0, nA = w + 2 * n - base, nT = (nA + kRW - 1) / kRW;
-    const bool psplit = 2 * nT <= nw;
     for (int u = warp; u < (psplit ? 2 * nT : nT); u += nw) {
       const int tile = psplit ? u >> 1 : u, h0 = psplit ? (u & 1) : 0, h1 = psplit ? h0 + 1 : 2;
       const int ar = base + tile * kRW + g;
@@ -386,7 +386,6 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
   __syncthreads();  // B2
 
   // prologue products: the two K halves of a split tile summed (only at the window rows the warps stored)
-  const bool psplit = 2 * ((w + 2 * n - (flush ? w : 0) + kRW - 1) / kRW) <= nw;
   auto Pq = [&](int r, int s) { return psplit ? s_Pq[0][r][s] + s_Pq[1][r][s] : s_Pq[0][r][s]; };
   auto Pk = [&](int r, int s) { return psplit ? s_Pk[0][r][s] + s_Pk[1][r][s] : s_Pk[0][r][s]; };
 
@@ -456,7 +455,7 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
 }
 
 // Warps per CTA: 8 (64 rows; V is 64 or 128), a CTA's rows dividing V, halved while the grid has fewer CTAs
-// per SM than the launch bound lets in (2 at K = 128, 3 at K = 64); 8 rows per warp: 8, 16, 32, 64 rows per
+// per SM than the launch bound lets in (3); 8 rows per warp: 8, 16, 32, 64 rows per
 // CTA (gdn_common.cuh's cta_warps; REPLAYSSM_GDN_CUDA_WARPS=1|2|4|8 forces a shape).
 int verify_warps(int rows, int v_heads, int K, int V) {
   return cta_warps(rows, v_heads, V, kRW, 8, 3, /*divides=*/true);
@@ -472,7 +471,7 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
   if (p.ring.ring > 32)
     throw Error("spec", "the CUDA kernels support ring lengths up to 32 (history + window <= 32), got " + std::to_string(p.ring.ring));
   auto st = static_cast<cudaStream_t>(stream);
-  const int V = p.step.head_v_dim, RL = p.ring.ring;
+  const int V = p.step.head_v_dim;
   if (V % kRW != 0) throw Error("geo", "the CUDA verify needs head_v_dim a multiple of 8, got " + std::to_string(V));
   const int warps = verify_warps(p.step.rows, p.step.v_heads, p.step.head_k_dim, V);
   const int rpc = warps * kRW;
