@@ -125,7 +125,7 @@ __device__ __forceinline__ void tile_chunk(float (&d)[4], const float (&bv)[VEC]
 template <class ST, class AT, int K>
 __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParams P, const int slices) {
   using VT = Vec16<ST>;
-  constexpr int VEC = VT::kN, CW = 4 * VEC, NCH = K / CW, KP = K + 16, KS = K + VEC;
+  constexpr int VEC = VT::kN, CW = 4 * VEC, NCH = K / CW, KP = K + 16;
   constexpr int BPS = spec::Parts<ST>::kN;
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;
@@ -135,10 +135,13 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
   __shared__ float s_hx[kMaxRows][kT + 1], s_hy[kMaxRows][kT + 1];  // S_h q_s, S_h k_s per CTA row (un-normalised)
   __shared__ float s_L[kT][kT], s_O[kT][kT];
   __shared__ float s_om[32], s_gam[kT], s_beta[kT], s_ea[kT], s_sq[kT], s_sk[kT], s_tot;
-  // checkpoint rows [rpc][KS] (ST); q, k [kT][KP], v [kT][rpc] (AT); k ring [HB][KP], d slice [HB][rpc]
+  // checkpoint rows [rpc][K] (ST); q, k [kT][KP], v [kT][rpc] (AT); k ring [HB][KP], d slice [HB][rpc]
   extern __shared__ __align__(16) unsigned char s_dyn[];
 
-  const int row = blockIdx.y, hv = blockIdx.x / slices, slice = blockIdx.x % slices;
+  // slices and (almost always) v-heads per k-head are powers of two: shifts instead of integer divisions
+  const bool sl2 = (slices & (slices - 1)) == 0;
+  const int row = blockIdx.y, hv = sl2 ? int(blockIdx.x) >> (__ffs(slices) - 1) : int(blockIdx.x) / slices;
+  const int slice = int(blockIdx.x) - hv * slices;
   const int tid = threadIdx.x, nth = blockDim.x, warp = tid >> 5, lane = tid & 31, nw = nth >> 5;
   const int V = p.head_v_dim, RL = R.ring, mask = RL - 1, HB = P.history;
   const int rpc = nw * kRW;
@@ -160,28 +163,30 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
 
   // ---- wave 2 ----
   // The checkpoint goes to shared memory, not registers: the 32 registers per lane that held it in
-  // flight let 3 CTAs per SM in instead of 2 (docs/notes-gdn-cuda.md, seventh session). One bulk copy
-  // per row (lane t == 0 of each row), completing on the warp's own mbarrier: the warp waits for its
-  // rows only at its state tile, so the prologue tiles run while they land (as with registers), and
-  // the CTA barrier B1 does not wait for them. Row stride KS = K + one 16-byte chunk (a 4-bank shift per
-  // row: the two rows of a quarter-warp still overlap in 12 banks, so the fragment loads stay 2-way
-  // conflicted; branch experiment/gdn-verify-warp-bulk drops the pad).
+  // flight let 3 CTAs per SM in instead of 2 (docs/notes-gdn-cuda.md, seventh session). The warp's 8
+  // rows are contiguous: one bulk copy by lane 0, completing on the warp's own mbarrier; the warp waits
+  // for it only at its state tile, so the prologue tiles run while it lands (as with registers), and the
+  // CTA barrier B1 does not wait for it. (One copy per row into rows padded by 16 bytes cost 6 % of the
+  // kernel's instructions in a per-lane issue loop, ncu run 9, and the 4-bank shift did not remove the
+  // 2-way conflict of the fragment loads anyway.)
   ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + int64_t(hv) * V * K + int64_t(i) * K;
-  ST* s_st = reinterpret_cast<ST*>(s_dyn) + l * KS + colt;  // + m * CW
+  ST* s_st = reinterpret_cast<ST*>(s_dyn) + l * K + colt;  // + m * CW
   const bool win_ok = n > 0 && n <= kT;
   if (win_ok) {
-    if (lane == 0) {
+    if (lane == 0) {  // g = t = 0: S and s_st are the warp's first row
       mbar_init(&s_bar[warp], 1);
       mbar_init_fence();
       mbar_arrive_expect_tx(&s_bar[warp], unsigned(kRW * K * sizeof(ST)));
+      bulk_load(s_st, S, unsigned(kRW * K * sizeof(ST)), &s_bar[warp]);
     }
-    __syncwarp();
-    if (t == 0) bulk_load(s_st - colt, S, unsigned(K * sizeof(ST)), &s_bar[warp]);
+    __syncwarp();  // the barrier is initialised before any lane waits on it
   }
   const int w = R.cursor[int64_t(slot) * R.cursor_slot], origin = R.cursor[int64_t(slot) * R.cursor_slot + 1];
   if (!win_ok) return;  // empty window: a no-op (whole CTA)
-  const int vpk = p.v_heads / p.k_heads, h = hv / vpk;
-  AT* s_q = reinterpret_cast<AT*>(reinterpret_cast<ST*>(s_dyn) + rpc * KS);
+  const int vpk = p.v_heads / p.k_heads;
+  const bool vpk2 = (vpk & (vpk - 1)) == 0;
+  const int h = vpk2 ? hv >> (__ffs(vpk) - 1) : hv / vpk;
+  AT* s_q = reinterpret_cast<AT*>(reinterpret_cast<ST*>(s_dyn) + rpc * K);
   AT* s_k = s_q + kT * KP;
   AT* s_v = s_k + kT * KP;
   unsigned char* s_kr = reinterpret_cast<unsigned char*>(s_v + kT * rpc);  // [RL-1][KP], k ring dtype
@@ -442,7 +447,7 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
       }
     }
   }
-  if (slice == 0 && hv % vpk == 0)  // the window's normalised k, once per k-head
+  if (slice == 0 && (vpk2 ? (hv & (vpk - 1)) : hv % vpk) == 0)  // the window's normalised k, once per k-head
     for (int idx = tid; idx < n * K; idx += nth) {
       const int a = idx / K, c = idx % K;
       st_any(kr, int64_t((origin + w + a) & mask) * K + c, R.k_dtype, Traits<AT>::to_f(s_k[a * KP + c]) * s_sk[a]);
@@ -478,7 +483,7 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
       with_float_type(p.step.act, "in.q", [&](auto a) {
         using AT = decltype(a);
         const size_t asz = sizeof(AT), KP = K + 16;
-        const size_t smem = size_t(rpc) * (K + 16 / sizeof(ST)) * sizeof(ST) + 2 * size_t(kT) * KP * asz +
+        const size_t smem = size_t(rpc) * K * sizeof(ST) + 2 * size_t(kT) * KP * asz +
                             size_t(kT) * rpc * asz +
                             size_t(p.history) * (KP * esize(p.ring.k_dtype) + rpc * esize(p.ring.d_dtype));
         auto kernel = gdn_verify_kernel<ST, AT, K>;
