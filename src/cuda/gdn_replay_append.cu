@@ -91,7 +91,7 @@ __device__ __forceinline__ void reduce_scatter8(float (&x)[8]) {
 // the k history and its projections (per k-head), the gates and decay weights of the CTA's v-heads, all
 // items' d history. Per item: the checkpoint slice (double-buffered in shared memory: item i + 1's copy is
 // in flight while item i is computed), its row dots, ring term and stores.
-template <class ST, int K>
+template <class ST, int K, int NS>
 __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(const GdnReplayParams P, const int slices,
                                                                                 const int ipc) {
   using TL = AppendTile<ST, K>;
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
   const int ek = int(esize(R.k_dtype)), ed = int(esize(R.d_dtype));
   const size_t stage_bytes = size_t(NC) * nth * 16;
   char* s_stage = reinterpret_cast<char*>(s_dyn);
-  char* s_kr = s_stage + 2 * stage_bytes;                 // (L-1) K ek bytes
+  char* s_kr = s_stage + NS * stage_bytes;                // (L-1) K ek bytes
   char* s_d = s_kr + size_t(L - 1) * K * ek;              // ipc (L-1) rpc ed bytes (16-byte multiples)
   const ST* S_h = static_cast<const ST*>(p.state) + int64_t(slot) * p.state_slot + int64_t(h) * vpk * V * K;
   const char* dr_h = static_cast<const char*>(R.d_ring) + (int64_t(slot) * R.dr_slot + int64_t(h) * vpk * L * V) * ed;
@@ -131,11 +131,17 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
 
   // Item i's checkpoint slice (this thread's own 16-byte chunks: only this thread reads them back, so a
   // per-thread wait_group is enough, no barrier) and the raw bits of its v rows; one commit group per item.
+  // (iv, sl) of the next item to issue, advanced without a division
+  int iv_n = iv0, sl_n = it0 - iv0 * slices;
   auto issue_item = [&](int i, uint32_t (&vb)[RPT]) {
     if (i < ipc) {
-      const int it = it0 + i, iv = it / slices, sl = it - iv * slices;
+      const int iv = iv_n, sl = sl_n;
+      if (++sl_n == slices) {
+        sl_n = 0;
+        ++iv_n;
+      }
       const ST* S = S_h + (int64_t(iv) * V + sl * rpc + l0) * K;
-      char* dst = s_stage + (i & 1) * stage_bytes + 16 * tid;
+      char* dst = s_stage + (i % NS) * stage_bytes + 16 * tid;
 #pragma unroll
       for (int r = 0; r < RPT; ++r)
 #pragma unroll
@@ -152,8 +158,7 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
   {
     const int nk = w * K * ek / 16, dpj = rpc * ed / 16, lg = __ffs(dpj) - 1;
     for (int x = tid; x < nk; x += nth) cp_async16(s_kr + 16 * x, static_cast<const char*>(kr) + 16 * int64_t(x));
-    for (int i = 0; i < ipc; ++i) {
-      const int it = it0 + i, iv = it / slices, sl = it - iv * slices;
+    for (int i = 0, iv = iv0, sl = it0 - iv0 * slices; i < ipc; ++i, sl = sl + 1 == slices ? 0 : sl + 1, iv += sl == 0) {
       const char* src = dr_h + (int64_t(iv) * L * V + sl * rpc) * ed;
       char* dst = s_d + size_t(i) * (L - 1) * rpc * ed;
       for (int x = tid; x < (w << lg); x += nth) {
@@ -163,36 +168,46 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
     }
     cp_async_commit();
   }
-  uint32_t vb[RPT];  // item i's v bits, loaded with its checkpoint slice
-  issue_item(0, vb);
-
-  if (warp == 0) {  // the token (per k-head): q, k normalised into shared memory; k appended by the k-head's first CTA
-    const WarpToken<K> tk = token_finish<K>(p, token_load<K>(p, row, h, h * vpk + iv0));
-    token_to_smem<K>(tk, s_q, s_k);
-    if (lane == 0) s_kq = tk.kq;
-    if (it0 == 0)
+  uint32_t vb[NS - 1][RPT];  // v bits of items i .. i + NS - 2, loaded with their checkpoint slices
 #pragma unroll
-      for (int e = 0; e < E; ++e) st_any(kr, int64_t(w) * K + lane + 32 * e, R.k_dtype, tk.k[e]);
-  }
-  // gates and decay weights of local v-head u by warp (u + 1) % nwarps (warp 0 has the token); g appended
-  // by the CTA that holds the v-head's slice 0
-  for (int u = (warp + nwarps - 1) % nwarps; u < nv; u += nwarps) {
-    const int hv = h * vpk + iv0 + u;
-    float* gr = static_cast<float*>(R.g_ring) + int64_t(slot) * R.gr_slot + int64_t(hv) * L;
-    const GateBits gbits = gate_bits(p, row, hv);
-    const float gj = lane < w ? gr[lane] : 0.f;
-    const Gates gt = gates_of(p, gbits);
+  for (int x = 0; x < NS - 1; ++x) issue_item(x, vb[x]);
+
+  // Decay weights and gates of local v-head u (om_j in lane j; alpha, beta, tot = exp(G)); g appended at w
+  // by the CTA that holds the v-head's slice 0.
+  auto vhead_out = [&](int u, float* gr, float gj, float alpha, float beta, float gg) {
     const float c = warp_inclusive_sum(gj, lane);
     const float G = __shfl_sync(0xffffffffu, c, 31);
     s_om[u][lane] = lane < w ? expf(G - c) : 0.f;
     if (lane == 0) {
-      s_gate[u][0] = gt.alpha;
-      s_gate[u][1] = gt.beta;
+      s_gate[u][0] = alpha;
+      s_gate[u][1] = beta;
       s_gate[u][2] = expf(G);
-      if ((iv0 + u) * slices >= it0) gr[w] = gt.g;
+      if ((iv0 + u) * slices >= it0) gr[w] = gg;
     }
+  };
+  auto g_ring = [&](int u) {
+    return static_cast<float*>(R.g_ring) + int64_t(slot) * R.gr_slot + (int64_t(h) * vpk + iv0 + u) * L;
+  };
+  if (warp == 0) {  // the token (per k-head) with the gates of local v-head 0 (one round trip for both)
+    const TokenRaw<K> tr = token_load<K>(p, row, h, h * vpk + iv0);
+    float* gr = g_ring(0);
+    const float gj = lane < w ? gr[lane] : 0.f;
+    const WarpToken<K> tk = token_finish<K>(p, tr);
+    token_to_smem<K>(tk, s_q, s_k);
+    if (lane == 0) s_kq = tk.kq;
+    if (it0 == 0)  // k appended by the k-head's first CTA
+#pragma unroll
+      for (int e = 0; e < E; ++e) st_any(kr, int64_t(w) * K + lane + 32 * e, R.k_dtype, tk.k[e]);
+    vhead_out(0, gr, gj, tk.alpha, tk.beta, tk.g);
   }
-  cp_async_wait_group<1>();  // the history (the first item's slice may still fly); the barrier publishes it
+  for (int u = warp == 0 ? nwarps : warp; u < nv; u += nwarps) {  // local v-heads u >= 1: warp u % nwarps
+    float* gr = g_ring(u);
+    const GateBits gbits = gate_bits(p, row, h * vpk + iv0 + u);
+    const float gj = lane < w ? gr[lane] : 0.f;
+    const Gates gt = gates_of(p, gbits);
+    vhead_out(u, gr, gj, gt.alpha, gt.beta, gt.g);
+  }
+  cp_async_wait_group<NS - 1>();  // the history (the first items' slices may still fly); the barrier publishes it
   __syncthreads();
 
   // ring projections k_j.q, k_j.k (per k-head): block b of 4 j by warp b % nwarps, scaled by each local
@@ -222,15 +237,20 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
   __syncthreads();
 
   const float kq = s_kq;
+  int iv = iv0, sl = it0 - iv0 * slices;  // the item being computed
   for (int i = 0; i < ipc; ++i) {
     float v[RPT];
 #pragma unroll
-    for (int r = 0; r < RPT; ++r) v[r] = bits_f(vb[r], p.act);
-    issue_item(i + 1, vb);     // the next item's copies fly while this one is computed
-    cp_async_wait_group<1>();  // this item's slice (own chunks)
-    const int it = it0 + i, iv = it / slices, sl = it - iv * slices, u = iv - iv0, hv = h * vpk + iv;
+    for (int r = 0; r < RPT; ++r) v[r] = bits_f(vb[0][r], p.act);
+#pragma unroll
+    for (int x = 0; x + 1 < NS - 1; ++x)
+#pragma unroll
+      for (int r = 0; r < RPT; ++r) vb[x][r] = vb[x + 1][r];
+    issue_item(i + NS - 1, vb[NS - 2]);  // later items' copies fly while this one is computed
+    cp_async_wait_group<NS - 1>();       // this item's slice (own chunks)
+    const int u = iv - iv0, hv = h * vpk + iv;
     uint4 raw[RPT][NCH];
-    const char* src = s_stage + (i & 1) * stage_bytes + 16 * tid;
+    const char* src = s_stage + (i % NS) * stage_bytes + 16 * tid;
 #pragma unroll
     for (int r = 0; r < RPT; ++r)
 #pragma unroll
@@ -265,6 +285,10 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
         st_any(dw, l0 + GPW * r, R.d_dtype, d);
       }
     }
+    if (++sl == slices) {
+      sl = 0;
+      ++iv;
+    }
   }
 }
 
@@ -274,9 +298,10 @@ int append_warps(int rows, int v_heads, int V) {
   return cta_warps(rows, v_heads, V, AppendTile<ST, K>::RPW, 4, kAppendMinCtas);
 }
 
-// Items (v-head slices of one k-head) per CTA: the most (<= kAppendMaxIpc, dividing the k-head's nI items)
-// that still gives at least one full wave of CTAs; REPLAYSSM_GDN_APPEND_IPC (1, 2, 4, 8) forces an upper
-// bound (the GPU tests cover every value on small batches with it).
+// Items (v-head slices of one k-head) per CTA: the most (<= kAppendDefaultIpc, dividing the k-head's nI
+// items) that still gives at least half a wave of CTAs (measured, eighth session: at batch 8 fewer, longer
+// CTAs in one wave beat two waves of one-item CTAs; at batch 1 one item per CTA is best);
+// REPLAYSSM_GDN_APPEND_IPC (1, 2, 4, 8) forces an upper bound (the GPU tests cover every value with it).
 inline int append_ipc(int rows, int k_heads, int nI) {
   const char* e = std::getenv("REPLAYSSM_GDN_APPEND_IPC");
   int ipc = kAppendDefaultIpc;
@@ -286,10 +311,19 @@ inline int append_ipc(int rows, int k_heads, int nI) {
       throw Error("REPLAYSSM_GDN_APPEND_IPC", std::string("expected 1, 2, 4 or 8, got '") + e + "'");
     ipc = f;
   } else {
-    while (ipc > 1 && (long long)rows * k_heads * (nI / ipc) < (long long)sm_count() * kAppendMinCtas) ipc >>= 1;
+    while (ipc > 1 && 2LL * rows * k_heads * (nI / ipc) < (long long)sm_count() * kAppendMinCtas) ipc >>= 1;
   }
   while (nI % ipc != 0) ipc >>= 1;
   return ipc;
+}
+
+// Checkpoint stages in shared memory: 2 (one item in flight while one is computed), or 3 by
+// REPLAYSSM_GDN_APPEND_STAGES=3 (two in flight, fewer CTAs per SM).
+inline int append_stages() {
+  const char* e = std::getenv("REPLAYSSM_GDN_APPEND_STAGES");
+  if (e == nullptr || *e == '\0' || std::string(e) == "2") return 2;
+  if (std::string(e) == "3") return 3;
+  throw Error("REPLAYSSM_GDN_APPEND_STAGES", std::string("expected 2 or 3, got '") + e + "'");
 }
 
 }  // namespace
@@ -310,10 +344,11 @@ void gdn_replay_append(const GdnReplayParams& p, Stream stream) {
       if (slices * rpc != V) throw Error("geo", "head_v_dim " + std::to_string(V) + " is not a multiple of " + std::to_string(rpc));
       const int vpk = p.step.v_heads / p.step.k_heads;
       const int ipc = append_ipc(p.step.rows, p.step.k_heads, vpk * slices);
-      const size_t smem = 2 * size_t(rpc) * K * sizeof(ST) +
+      const int NSr = append_stages();
+      const size_t smem = size_t(NSr) * rpc * K * sizeof(ST) +
                           size_t(L - 1) * (size_t(K) * size_t(esize(p.ring.k_dtype)) +
                                            size_t(ipc) * size_t(rpc) * size_t(esize(p.ring.d_dtype)));
-      auto kernel = gdn_replay_append_kernel<ST, K>;
+      auto kernel = NSr == 3 ? gdn_replay_append_kernel<ST, K, 3> : gdn_replay_append_kernel<ST, K, 2>;
       check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), "gdn_replay_append");
       kernel<<<dim3(unsigned(p.step.k_heads * (vpk * slices / ipc)), unsigned(p.step.rows)), dim3(unsigned(32 * warps)),
                smem, st>>>(p, slices, ipc);
