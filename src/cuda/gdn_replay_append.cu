@@ -19,20 +19,22 @@
 // 16 B/cycle per SM leaves ~1000 issue slots per warp: 1164 did not fit.
 // * Once per CTA: slot, cursor, the k history and every item's d history (cp.async, one commit group),
 //   the token (warp 0: q, k normalised into shared memory, kq; the k ring append by the k-head's first
-//   CTA), gates and decay weights of the CTA's v-heads (the other warps: om_j, alpha, beta, tot = exp(G);
-//   the g ring append by the CTA holding the v-head's slice 0), the ring projections k_j.q, k_j.k (blocks
-//   of 4 j over the warps, 8-value reduce-scatter), scaled by each v-head's om_j. Two CTA barriers.
+//   CTA; with it, in the same round trip, the gates of the CTA's first v-head), gates and decay weights of
+//   the other v-heads (v-head u by warp u % nwarps: om_j, alpha, beta, tot = exp(G); the g ring append by
+//   the CTA holding the v-head's slice 0), the ring projections k_j.q, k_j.k (blocks of 4 j over the
+//   warps, 8-value reduce-scatter), scaled by each v-head's om_j. Two CTA barriers.
 // * Per item: the checkpoint slice is double-buffered in shared memory (cp.async, each thread copies and
 //   reads back only its own 16-byte chunks, thread-major: conflict-free, and a per-thread wait_group
 //   replaces a barrier); item i + 1's slice and v rows are issued before item i is computed. Then the row
 //   dots (state_row_dots, the same column order as before), x tot, the ring term, row sums, d and out.
 // * ipc (append_ipc): 4 by default (~47 KB of shared memory at fp32 state, L = 16: 4 CTAs / SM, 64 KB of
-//   checkpoint in flight per SM), halved while the grid would be less than one full wave;
+//   checkpoint in flight per SM), halved while the grid would be less than half a wave;
 //   REPLAYSSM_GDN_APPEND_IPC forces 1, 2, 4 or 8.
 // Same formulas, op order and rounding points as before: outputs and ring values are unchanged bit for bit.
-// PREDICTION (before measurement): ~350 instructions per warp-item at ipc 4 (was 1164); append 64 -> 80-88 %
-// of copy at b512, 56 -> 72-80 % at b64; amortised 0.83x -> 0.68-0.72x the classic step at b512; b8 / b1
-// (ipc 1) about unchanged.
+// Measured (H200, eighth session, runs 2-3, docs/notes-gdn-cuda.md): 1164 -> 592 warp instructions per
+// 4 KB item; append 64 -> 81 % of copy at b512 (Qwen3.5-4B 444 -> 352 us), 56 -> 65 % at b64; amortised
+// 0.83x -> 0.67x the classic step at b512 (122B 0.66x), 0.92x -> 0.81x at b64; bf16 state 1.03x -> 0.87x;
+// batch 8 append 14.4 -> 12.7 us; batch 1 append 7.4 -> 8.2 us (slower: the chain of one one-item CTA).
 // Rule: every full-mask shuffle runs in warp-uniform code; all early returns are CTA-uniform and come
 // before any barrier, shuffle or cp.async.
 #include "cuda/gdn_common.cuh"
@@ -59,6 +61,9 @@ struct AppendTile {
 };
 constexpr int kAppendMinCtas = 4;     // ~47 KB of shared memory each at ipc 4, fp32, L = 16
 constexpr int kAppendMaxIpc = 8, kAppendDefaultIpc = 4;
+// Checkpoint slices in shared memory: one item in flight while one is computed. 3 (two in flight, 3 CTAs
+// per SM) measured slower everywhere (eighth session, H200 run 3: b512 append 81 -> 71 % of copy).
+constexpr int kAppendStages = 2;
 constexpr int kAppendMaxVh = kAppendMaxIpc;  // v-heads one CTA touches (<= its items)
 
 // Element i of a ring row staged in shared memory in the ring dtype (f32 / bf16 / f16), as bits_f converts it.
@@ -91,10 +96,11 @@ __device__ __forceinline__ void reduce_scatter8(float (&x)[8]) {
 // the k history and its projections (per k-head), the gates and decay weights of the CTA's v-heads, all
 // items' d history. Per item: the checkpoint slice (double-buffered in shared memory: item i + 1's copy is
 // in flight while item i is computed), its row dots, ring term and stores.
-template <class ST, int K, int NS>
+template <class ST, int K>
 __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(const GdnReplayParams P, const int slices,
                                                                                 const int ipc) {
   using TL = AppendTile<ST, K>;
+  constexpr int NS = kAppendStages;
   constexpr int NCH = TL::NCH, RPT = TL::RPT, LPR = TL::LPR, GPW = TL::GPW, E = K / 32, NC = RPT * NCH;
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;
@@ -317,15 +323,6 @@ inline int append_ipc(int rows, int k_heads, int nI) {
   return ipc;
 }
 
-// Checkpoint stages in shared memory: 2 (one item in flight while one is computed), or 3 by
-// REPLAYSSM_GDN_APPEND_STAGES=3 (two in flight, fewer CTAs per SM).
-inline int append_stages() {
-  const char* e = std::getenv("REPLAYSSM_GDN_APPEND_STAGES");
-  if (e == nullptr || *e == '\0' || std::string(e) == "2") return 2;
-  if (std::string(e) == "3") return 3;
-  throw Error("REPLAYSSM_GDN_APPEND_STAGES", std::string("expected 2 or 3, got '") + e + "'");
-}
-
 }  // namespace
 
 // Append rows only (w < L-1); called by gdn_replay_decode (gdn_replay_decode.cu) with L >= 2, after
@@ -344,11 +341,10 @@ void gdn_replay_append(const GdnReplayParams& p, Stream stream) {
       if (slices * rpc != V) throw Error("geo", "head_v_dim " + std::to_string(V) + " is not a multiple of " + std::to_string(rpc));
       const int vpk = p.step.v_heads / p.step.k_heads;
       const int ipc = append_ipc(p.step.rows, p.step.k_heads, vpk * slices);
-      const int NSr = append_stages();
-      const size_t smem = size_t(NSr) * rpc * K * sizeof(ST) +
+      const size_t smem = size_t(kAppendStages) * rpc * K * sizeof(ST) +
                           size_t(L - 1) * (size_t(K) * size_t(esize(p.ring.k_dtype)) +
                                            size_t(ipc) * size_t(rpc) * size_t(esize(p.ring.d_dtype)));
-      auto kernel = NSr == 3 ? gdn_replay_append_kernel<ST, K, 3> : gdn_replay_append_kernel<ST, K, 2>;
+      auto kernel = gdn_replay_append_kernel<ST, K>;
       check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), "gdn_replay_append");
       kernel<<<dim3(unsigned(p.step.k_heads * (vpk * slices / ipc)), unsigned(p.step.rows)), dim3(unsigned(32 * warps)),
                smem, st>>>(p, slices, ipc);

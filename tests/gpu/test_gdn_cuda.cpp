@@ -75,9 +75,6 @@ struct ForceWarps : ScopedEnv {
 struct ForceIpc : ScopedEnv {
   explicit ForceIpc(int ipc) : ScopedEnv("REPLAYSSM_GDN_APPEND_IPC", std::to_string(ipc)) {}
 };
-struct ForceStages : ScopedEnv {  // checkpoint stages of the append kernel's pipeline (2 or 3)
-  explicit ForceStages(int ns) : ScopedEnv("REPLAYSSM_GDN_APPEND_STAGES", std::to_string(ns)) {}
-};
 struct ForceTile : ScopedEnv {
   explicit ForceTile(const char* tile) : ScopedEnv("REPLAYSSM_GDN_TILE", tile) {}
 };
@@ -399,21 +396,18 @@ TEST(CudaGdnReplay, AppendPaths) {
 TEST(CudaGdnReplay, AppendItemsPerCta) {
   NEED_GPU();
   for (int ipc : {1, 2, 4, 8})
-    for (int ns : {2, 3})
     for (int warps : {1, 4})
       for (DType sd : {DType::f32, DType::bf16})
         for (int K : {128, 64}) {
-          if (ns == 3 && (ipc == 1 || warps == 1)) continue;
           ForceAppend fa("split");
           ForceWarps fw(warps);
           ForceIpc fi(ipc);
-          ForceStages fs(ns);
           Cfg c;
           c.sd = sd; c.ad = DType::bf16; c.rd = K == 64 ? DType::bf16 : DType::f32; c.L = 8; c.steps = 2 * c.L + 3;
           c.geo = {warps == 1 ? 2 : 1, 4, K, 128};  // vpk 2 or 4: with 4 warps ipc 8 spans up to 4 v-heads
           c.stagger = true;
-          c.seed = 1100 + ipc * 16 + warps * 4 + int(sd) + K + ns * 128;
-          SCOPED_TRACE("ipc " + std::to_string(ipc) + " stages " + std::to_string(ns) + " warps " + std::to_string(warps) + " " + dn(sd) + " K " +
+          c.seed = 1100 + ipc * 16 + warps * 4 + int(sd) + K;
+          SCOPED_TRACE("ipc " + std::to_string(ipc) + " warps " + std::to_string(warps) + " " + dn(sd) + " K " +
                        std::to_string(K));
           expect_replay(c, ("ipc=" + std::to_string(ipc)).c_str());
         }
@@ -844,10 +838,9 @@ TEST(CudaGdn, SanitizerSmall) {
   c.geo = {1, 2, 128, 64}; c.L = 4; c.steps = 5; c.ids = {1, -1, 0}; c.slots = 2; c.with_cpu = false;
   const Stats s = replay_stream(c);
   EXPECT_LE(s.out_ref, 2 * out_tol(c.sd, c.ad, c.rd));
-  for (int ns : {2, 3}) {  // the append kernel, 4 items per CTA over 2 v-heads (2-3 checkpoint stages), staggered cursors
+  {  // the append kernel with 4 items per CTA over 2 v-heads (double-buffered checkpoint), staggered cursors
     ForceIpc fi(4);
     ForceWarps fw(4);
-    ForceStages fs(ns);
     Cfg a = c;
     a.geo = {1, 2, 128, 64}; a.stagger = true; a.steps = 4;
     const Stats sa = replay_stream(a);
