@@ -113,6 +113,13 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 }
 // The memory clobber keeps the compiler from moving shared loads of the copied bytes above the wait.
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// Groups: commit closes this thread's copies issued since the last commit; wait_group<N> returns once at most
+// the N most recent groups are still in flight (a multi-stage pipeline waits for its oldest stage).
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 // Copy `rows` rows of `cols` elements (row strides in elements) into shared memory, by all `nth` threads.
 // vec16: every row start and `cols * sizeof(T)` are 16-byte multiples (checked by the caller on the host),

@@ -7,32 +7,34 @@
 // points of the fused kernels' append path: d rounded only when stored, beta unrounded, k ring written
 // by the first v-head of a k-head group from its slice-0 CTA, g by the slice-0 CTA of (row, v-head)).
 //
-// Why a new kernel (H200 run K: fused append 46-50 % quad / 39-41 % wide of copy, classic wide 88-93 %).
-// Little's law: 32 B/ns per SM x 1.5-2 us loaded latency = 48-64 KB must be in flight per SM on average.
-// Wide append: 7 CTAs x 8 KB = 56 KB nominal, in flight ~50 % of a CTA's life (slot -> cursor -> history
-// -> barrier -> projections -> barrier -> rows) = ~28 KB: ~45 % predicted, 39-41 % measured. So (the
-// third-session design; the projections are now spread over the warps again, see below):
-// * 128 B of checkpoint per thread (8 x 16 B loads; the wide tile's mapping with twice the rows per
-//   thread): 16 KB per 128-thread CTA, <= 80 registers (launch bound 6 CTAs of 128 / SM) -> 96 KB nominal
-//   per SM, 1.7x the wide kernel's. Twice the rows per CTA also halves the k-history staging per
-//   checkpoint byte (w x 512 B of k rows for 16 KB instead of 8 KB; mostly L2 hits: 2 v-heads x 4 slices
-//   share a k-head's rows).
-// * Cursor FIRST, then everything (checkpoint, history j < w by cp.async, g, token, v) in one wave. The
-//   alternative, loading the checkpoint and all L-1 history positions before the cursor, saves one L2
-//   round trip (~0.5 us of a ~2.8 us life) but reads every flushing row's checkpoint twice (here and in
-//   the flush kernel: +1/L checkpoint per step, +11 % of the amortised bytes at L = 16, +100 % in the
-//   bench's all-flush step) plus +9 % history bytes; and a history issued before the cursor arrives no
-//   earlier than the checkpoint issued after it, so with the checkpoint behind the cursor the
-//   cursor-dependent history costs nothing. Critical path: slot, cursor (L2), max(checkpoint DRAM,
-//   history) -- as the wide kernel.
-// * the ring projections cq_j, ck_j: blocks of 4 j (reduce-scatter, 9 shuffles) spread over the warps,
-//   published by a second barrier. (The third session had every warp compute all of them for itself to
-//   avoid that barrier: measured 48-54 % of copy; that made w / 4 reduce-scatters in sequence the CTA's
-//   longest dependent chain.) Every warp scans g itself (om_j in lane j, tot).
-// * history kept in shared memory in the ring dtype (16-bit rings: half the bytes, no conversion pass;
-//   converted when read).
-// Expected then: ~96 KB x ~0.55 = ~53 KB average in flight per SM -> 75-85 % of copy at batch >= 64
-// (measured 48-54 %: the CTA lives longer than its loads, see docs/notes-gdn-cuda.md).
+// Design (eighth session, 2026-12-03): one CTA per (row, k-head, group of `ipc` items), an item being one
+// v-head slice of rpc state rows. Why: ncu on the previous one-item-per-CTA kernel (H200, Qwen3.5-4B,
+// b256, fp32 state / bf16 act, w = 8; docs/data/h200-2026-12-03-s8-ncu-append.txt) counted 1164 warp
+// instructions per warp (4 KB of checkpoint), issue 2.66 per SM-cycle (67 % of the schedulers busy),
+// DRAM 56 %: the kernel was bound by its instruction count, not bytes. Only ~200 of the 1164 are the
+// checkpoint's own work (row dots, ring term, row sums, stores); slot / cursor / address math (~290),
+// the token's loads and norms, gates and g scan (~470) and the ring projections (~130) depend on the
+// k-head (or the v-head) only, and were repeated by every CTA (vpk x slices = 8 CTAs per k-head for
+// Qwen3.5-4B). Little's law needs 32 B/ns per SM x 1.5-2 us = 48-64 KB in flight, and 4 KB per warp at
+// 16 B/cycle per SM leaves ~1000 issue slots per warp: 1164 did not fit.
+// * Once per CTA: slot, cursor, the k history and every item's d history (cp.async, one commit group),
+//   the token (warp 0: q, k normalised into shared memory, kq; the k ring append by the k-head's first
+//   CTA; with it, in the same round trip, the gates of the CTA's first v-head), gates and decay weights of
+//   the other v-heads (v-head u by warp u % nwarps: om_j, alpha, beta, tot = exp(G); the g ring append by
+//   the CTA holding the v-head's slice 0), the ring projections k_j.q, k_j.k (blocks of 4 j over the
+//   warps, 8-value reduce-scatter), scaled by each v-head's om_j. Two CTA barriers.
+// * Per item: the checkpoint slice is double-buffered in shared memory (cp.async, each thread copies and
+//   reads back only its own 16-byte chunks, thread-major: conflict-free, and a per-thread wait_group
+//   replaces a barrier); item i + 1's slice and v rows are issued before item i is computed. Then the row
+//   dots (state_row_dots, the same column order as before), x tot, the ring term, row sums, d and out.
+// * ipc (append_ipc): 4 by default (~47 KB of shared memory at fp32 state, L = 16: 4 CTAs / SM, 64 KB of
+//   checkpoint in flight per SM), halved while the grid would be less than half a wave;
+//   REPLAYSSM_GDN_APPEND_IPC forces 1, 2, 4 or 8.
+// Same formulas, op order and rounding points as before: outputs and ring values are unchanged bit for bit.
+// Measured (H200, eighth session, runs 2-3, docs/notes-gdn-cuda.md): 1164 -> 592 warp instructions per
+// 4 KB item; append 64 -> 81 % of copy at b512 (Qwen3.5-4B 444 -> 352 us), 56 -> 65 % at b64; amortised
+// 0.83x -> 0.67x the classic step at b512 (122B 0.66x), 0.92x -> 0.81x at b64; bf16 state 1.03x -> 0.87x;
+// batch 8 append 14.4 -> 12.7 us; batch 1 append 7.4 -> 8.2 us (slower: the chain of one one-item CTA).
 // Rule: every full-mask shuffle runs in warp-uniform code; all early returns are CTA-uniform and come
 // before any barrier, shuffle or cp.async.
 #include "cuda/gdn_common.cuh"
@@ -57,7 +59,12 @@ struct AppendTile {
   static_assert(RPT <= LPR, "a row's output is stored by lane t == r of its group");
   static __device__ __forceinline__ int col(int m, int t) { return (m * LPR + t) * VEC; }
 };
-constexpr int kAppendMinCtas = 6;  // 6 x 128 threads x 80 registers = 61440 of 65536
+constexpr int kAppendMinCtas = 4;     // ~47 KB of shared memory each at ipc 4, fp32, L = 16
+constexpr int kAppendMaxIpc = 8, kAppendDefaultIpc = 4;
+// Checkpoint slices in shared memory: one item in flight while one is computed. 3 (two in flight, 3 CTAs
+// per SM) measured slower everywhere (eighth session, H200 run 3: b512 append 81 -> 71 % of copy).
+constexpr int kAppendStages = 2;
+constexpr int kAppendMaxVh = kAppendMaxIpc;  // v-heads one CTA touches (<= its items)
 
 // Element i of a ring row staged in shared memory in the ring dtype (f32 / bf16 / f16), as bits_f converts it.
 __device__ __forceinline__ float lds_ring(const void* s, int i, DType t) {
@@ -84,82 +91,133 @@ __device__ __forceinline__ void reduce_scatter8(float (&x)[8]) {
   x[0] += __shfl_xor_sync(0xffffffffu, x[0], 1);
 }
 
+// One CTA = one (row, k-head) and `ipc` consecutive items of it; item it = (v-head iv = it / slices of
+// the k-head's vpk, slice it % slices of rpc state rows). Once per CTA: slot, cursor, the token's q / k,
+// the k history and its projections (per k-head), the gates and decay weights of the CTA's v-heads, all
+// items' d history. Per item: the checkpoint slice (double-buffered in shared memory: item i + 1's copy is
+// in flight while item i is computed), its row dots, ring term and stores.
 template <class ST, int K>
-__global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(const GdnReplayParams P, const int slices) {
-  using VT = Vec16<ST>;
+__global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(const GdnReplayParams P, const int slices,
+                                                                                const int ipc) {
   using TL = AppendTile<ST, K>;
-  constexpr int NCH = TL::NCH, RPT = TL::RPT, LPR = TL::LPR, GPW = TL::GPW, E = K / 32;
+  constexpr int NS = kAppendStages;
+  constexpr int NCH = TL::NCH, RPT = TL::RPT, LPR = TL::LPR, GPW = TL::GPW, E = K / 32, NC = RPT * NCH;
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;
-  __shared__ __align__(16) float s_tok[4][2][K];  // per warp: q (normalised, scaled), k (normalised)
-  __shared__ float s_cq[32], s_ck[32];            // om_j k_j.q, om_j k_j.k (each j by one warp)
-  extern __shared__ float4 s_dyn[];               // k history [L-1][K], d slice [L-1][rpc], ring dtypes
+  __shared__ __align__(16) float s_q[K], s_k[K];        // the token: q normalised and scaled, k normalised
+  __shared__ float s_om[kAppendMaxVh][32];              // per local v-head: om_j = exp(G - G_j), j < w
+  __shared__ float s_cq[kAppendMaxVh][32], s_ck[kAppendMaxVh][32];  // om_j k_j.q, om_j k_j.k
+  __shared__ float s_gate[kAppendMaxVh][3];             // alpha, beta, tot = exp(G)
+  __shared__ float s_kq;                                // k.q of the token (normalised, scaled)
+  extern __shared__ float4 s_dyn[];  // checkpoint stages [2][NC][nth] x 16 B; k history [L-1][K]; d [ipc][L-1][rpc]
 
-  const int row = blockIdx.y, hv = blockIdx.x / slices, slice = blockIdx.x % slices;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane / LPR, t = lane % LPR;
-  const int nwarps = int(blockDim.x >> 5), V = p.head_v_dim, L = R.ring, rpc = nwarps * TL::RPW;
-  const int l0 = warp * TL::RPW + g, i0 = slice * rpc + l0;  // row r of this thread: local l0 + GPW r
+  const int tid = int(threadIdx.x), nth = int(blockDim.x), warp = tid >> 5, lane = tid & 31, g = lane / LPR,
+            t = lane % LPR;
+  const int nwarps = nth >> 5, V = p.head_v_dim, L = R.ring, rpc = nwarps * TL::RPW;
+  const int vpk = p.v_heads / p.k_heads, groups = vpk * slices / ipc;
+  const int row = blockIdx.y, h = int(blockIdx.x) / groups, it0 = (int(blockIdx.x) - h * groups) * ipc;
+  const int iv0 = it0 / slices, nv = (it0 + ipc - 1) / slices - iv0 + 1;  // the CTA's v-heads: h vpk + iv0 + u, u < nv
+  const int l0 = warp * TL::RPW + g;  // this thread's row r of an item: slice-local l0 + GPW r
 
   const int slot = p.slot_idx[int64_t(row) * p.slot_idx_stride];
   if (slot < 0 || slot >= p.slots) return;  // padding row (CTA-uniform)
   const int w = R.cursor[int64_t(slot) * R.cursor_slot];
   // flush rows (the flush kernel's), corrupt cursors: nothing read past the cursor (CTA-uniform)
   if (w < 0 || w >= L - 1) return;
-  const ST* S = static_cast<const ST*>(p.state) + int64_t(slot) * p.state_slot + int64_t(hv) * V * K;
-  uint4 raw[RPT][NCH];
-#pragma unroll
-  for (int r = 0; r < RPT; ++r)
-#pragma unroll
-    for (int m = 0; m < NCH; ++m) raw[r][m] = VT::load_raw(S + int64_t(i0 + GPW * r) * K + TL::col(m, t));
-  const int vpk = p.v_heads / p.k_heads, h = hv / vpk;
-  float* gr = static_cast<float*>(R.g_ring) + int64_t(slot) * R.gr_slot + int64_t(hv) * L;
-  void* dr = mptr(R.d_ring, R.d_dtype, int64_t(slot) * R.dr_slot + int64_t(hv) * L * V);
-  void* kr = mptr(R.k_ring, R.k_dtype, int64_t(slot) * R.kr_slot + int64_t(h) * L * K);
+
   const int ek = int(esize(R.k_dtype)), ed = int(esize(R.d_dtype));
-  char* s_kr = reinterpret_cast<char*>(s_dyn);       // (L-1) K ek bytes
-  char* s_d = s_kr + size_t(L - 1) * K * ek;         // (L-1) rpc ed bytes (16-byte multiples)
+  const size_t stage_bytes = size_t(NC) * nth * 16;
+  char* s_stage = reinterpret_cast<char*>(s_dyn);
+  char* s_kr = s_stage + NS * stage_bytes;                // (L-1) K ek bytes
+  char* s_d = s_kr + size_t(L - 1) * K * ek;              // ipc (L-1) rpc ed bytes (16-byte multiples)
+  const ST* S_h = static_cast<const ST*>(p.state) + int64_t(slot) * p.state_slot + int64_t(h) * vpk * V * K;
+  const char* dr_h = static_cast<const char*>(R.d_ring) + (int64_t(slot) * R.dr_slot + int64_t(h) * vpk * L * V) * ed;
+  void* kr = mptr(R.k_ring, R.k_dtype, int64_t(slot) * R.kr_slot + int64_t(h) * L * K);
+  const char* v_row = static_cast<const char*>(p.v) + int64_t(row) * p.v_tok * esize(p.act);
 
-  // history j < w by 16-byte cp.async in the ring dtype (positions >= w may be written by other CTAs):
-  // k rows 0..w-1 are contiguous; the d slice is rpc ed bytes (>= 16) per position.
-  {
-    const int nk = w * K * ek / 16, dpj = rpc * ed / 16;
-    for (int x = int(threadIdx.x); x < nk; x += int(blockDim.x))
-      cp_async16(s_kr + 16 * x, static_cast<const char*>(kr) + 16 * int64_t(x));
-    for (int x = int(threadIdx.x); x < w * dpj; x += int(blockDim.x)) {
-      const int j = x / dpj, c = x % dpj;
-      cp_async16(s_d + 16 * x, static_cast<const char*>(dr) + (int64_t(j) * V + slice * rpc) * ed + 16 * c);
-    }
-  }
-  const float gj = lane < w ? gr[lane] : 0.f;
-  const TokenRaw<K> tr = token_load<K>(p, row, h, hv);
-  const void* vp = cptr(p.v, p.act, int64_t(row) * p.v_tok + int64_t(hv) * p.v_head);
-  uint32_t vb[RPT];  // raw bits: converted after the later loads are issued (no wait on this one first)
+  // Item i's checkpoint slice (this thread's own 16-byte chunks: only this thread reads them back, so a
+  // per-thread wait_group is enough, no barrier) and the raw bits of its v rows; one commit group per item.
+  // (iv, sl) of the next item to issue, advanced without a division
+  int iv_n = iv0, sl_n = it0 - iv0 * slices;
+  auto issue_item = [&](int i, uint32_t (&vb)[RPT]) {
+    if (i < ipc) {
+      const int iv = iv_n, sl = sl_n;
+      if (++sl_n == slices) {
+        sl_n = 0;
+        ++iv_n;
+      }
+      const ST* S = S_h + (int64_t(iv) * V + sl * rpc + l0) * K;
+      char* dst = s_stage + (i % NS) * stage_bytes + 16 * tid;
 #pragma unroll
-  for (int r = 0; r < RPT; ++r) vb[r] = uint32_t(ld_bits(vp, i0 + GPW * r, p.act));
+      for (int r = 0; r < RPT; ++r)
+#pragma unroll
+        for (int m = 0; m < NCH; ++m) cp_async16(dst + (r * NCH + m) * nth * 16, S + GPW * r * K + TL::col(m, t));
+      const void* vp = v_row + (int64_t(h) * vpk + iv) * p.v_head * esize(p.act);
+#pragma unroll
+      for (int r = 0; r < RPT; ++r) vb[r] = uint32_t(ld_bits(vp, sl * rpc + l0 + GPW * r, p.act));
+    }
+    cp_async_commit();
+  };
 
-  const WarpToken<K> tk = token_finish<K>(p, tr);
-  float* s_q = s_tok[warp][0];
-  float* s_k = s_tok[warp][1];
-  token_to_smem<K>(tk, s_q, s_k);
-  // decay weights, every warp for itself: om_j = exp(G - G_j) in lane j, tot = exp(G)
-  const float c = warp_inclusive_sum(gj, lane);
-  const float G = __shfl_sync(0xffffffffu, c, 31);
-  const float om = lane < w ? expf(G - c) : 0.f, tot = expf(G);
-  if (warp == 0 && slice == 0) {  // append this token's k (per k-head: its first v-head) and g
-    if (hv % vpk == 0)
+  // group 0: the history. k rows j < w (contiguous; positions >= w may be written by other CTAs) and
+  // every item's d slice (rpc ed bytes per position, a power-of-two number of 16-byte chunks).
+  {
+    const int nk = w * K * ek / 16, dpj = rpc * ed / 16, lg = __ffs(dpj) - 1;
+    for (int x = tid; x < nk; x += nth) cp_async16(s_kr + 16 * x, static_cast<const char*>(kr) + 16 * int64_t(x));
+    for (int i = 0, iv = iv0, sl = it0 - iv0 * slices; i < ipc; ++i, sl = sl + 1 == slices ? 0 : sl + 1, iv += sl == 0) {
+      const char* src = dr_h + (int64_t(iv) * L * V + sl * rpc) * ed;
+      char* dst = s_d + size_t(i) * (L - 1) * rpc * ed;
+      for (int x = tid; x < (w << lg); x += nth) {
+        const int j = x >> lg, c = x & (dpj - 1);
+        cp_async16(dst + 16 * x, src + int64_t(j) * V * ed + 16 * c);
+      }
+    }
+    cp_async_commit();
+  }
+  uint32_t vb[NS - 1][RPT];  // v bits of items i .. i + NS - 2, loaded with their checkpoint slices
+#pragma unroll
+  for (int x = 0; x < NS - 1; ++x) issue_item(x, vb[x]);
+
+  // Decay weights and gates of local v-head u (om_j in lane j; alpha, beta, tot = exp(G)); g appended at w
+  // by the CTA that holds the v-head's slice 0.
+  auto vhead_out = [&](int u, float* gr, float gj, float alpha, float beta, float gg) {
+    const float c = warp_inclusive_sum(gj, lane);
+    const float G = __shfl_sync(0xffffffffu, c, 31);
+    s_om[u][lane] = lane < w ? expf(G - c) : 0.f;
+    if (lane == 0) {
+      s_gate[u][0] = alpha;
+      s_gate[u][1] = beta;
+      s_gate[u][2] = expf(G);
+      if ((iv0 + u) * slices >= it0) gr[w] = gg;
+    }
+  };
+  auto g_ring = [&](int u) {
+    return static_cast<float*>(R.g_ring) + int64_t(slot) * R.gr_slot + (int64_t(h) * vpk + iv0 + u) * L;
+  };
+  if (warp == 0) {  // the token (per k-head) with the gates of local v-head 0 (one round trip for both)
+    const TokenRaw<K> tr = token_load<K>(p, row, h, h * vpk + iv0);
+    float* gr = g_ring(0);
+    const float gj = lane < w ? gr[lane] : 0.f;
+    const WarpToken<K> tk = token_finish<K>(p, tr);
+    token_to_smem<K>(tk, s_q, s_k);
+    if (lane == 0) s_kq = tk.kq;
+    if (it0 == 0)  // k appended by the k-head's first CTA
 #pragma unroll
       for (int e = 0; e < E; ++e) st_any(kr, int64_t(w) * K + lane + 32 * e, R.k_dtype, tk.k[e]);
-    if (lane == 0) gr[w] = tk.g;
+    vhead_out(0, gr, gj, tk.alpha, tk.beta, tk.g);
   }
-  cp_async_wait_all();  // this thread's copies; the barrier publishes everyone's
+  for (int u = warp == 0 ? nwarps : warp; u < nv; u += nwarps) {  // local v-heads u >= 1: warp u % nwarps
+    float* gr = g_ring(u);
+    const GateBits gbits = gate_bits(p, row, h * vpk + iv0 + u);
+    const float gj = lane < w ? gr[lane] : 0.f;
+    const Gates gt = gates_of(p, gbits);
+    vhead_out(u, gr, gj, gt.alpha, gt.beta, gt.g);
+  }
+  cp_async_wait_group<NS - 1>();  // the history (the first items' slices may still fly); the barrier publishes it
   __syncthreads();
-  float v[RPT];
-#pragma unroll
-  for (int r = 0; r < RPT; ++r) v[r] = bits_f(vb[r], p.act);
 
-  // ring projections: block b of 4 j by warp b % nwarps (w is CTA-uniform: full-mask shuffles are safe),
-  // then a second barrier. Measured 2026-12-03 (sixth session): every warp doing all of them was the
-  // append step's longest dependent chain (w / 4 reduce-scatters in sequence, ~1400 cycles at w = 15).
+  // ring projections k_j.q, k_j.k (per k-head): block b of 4 j by warp b % nwarps, scaled by each local
+  // v-head's om_j; then a barrier.
   for (int b = warp; 4 * b < w; b += nwarps) {
     float x[8];
 #pragma unroll
@@ -179,44 +237,90 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
     }
     reduce_scatter8(x);
     const int n = lane >> 2, j = 4 * b + (n & 3);  // lanes 0-15: k_j.q, lanes 16-31: k_j.k
-    const float omj = __shfl_sync(0xffffffffu, om, j & 31);
-    if ((lane & 3) == 0 && j < w) (n < 4 ? s_cq : s_ck)[j] = omj * x[0];
+    if ((lane & 3) == 0 && j < w)
+      for (int u = 0; u < nv; ++u) (n < 4 ? s_cq : s_ck)[u][j] = s_om[u][j] * x[0];
   }
   __syncthreads();
 
-  float sq[RPT] = {}, sk[RPT] = {};
-  state_row_dots<TL, ST>(raw, s_q, s_k, t, sq, sk);
+  const float kq = s_kq;
+  int iv = iv0, sl = it0 - iv0 * slices;  // the item being computed
+  for (int i = 0; i < ipc; ++i) {
+    float v[RPT];
 #pragma unroll
-  for (int r = 0; r < RPT; ++r) {
-    sq[r] *= tot;
-    sk[r] *= tot;
-  }
-  for (int j = t; j < w; j += LPR) {  // the ring part, spread over the group's lanes (no shuffle inside)
-    const float cq = s_cq[j], ck = s_ck[j];
+    for (int r = 0; r < RPT; ++r) v[r] = bits_f(vb[0][r], p.act);
+#pragma unroll
+    for (int x = 0; x + 1 < NS - 1; ++x)
+#pragma unroll
+      for (int r = 0; r < RPT; ++r) vb[x][r] = vb[x + 1][r];
+    issue_item(i + NS - 1, vb[NS - 2]);  // later items' copies fly while this one is computed
+    cp_async_wait_group<NS - 1>();       // this item's slice (own chunks)
+    const int u = iv - iv0, hv = h * vpk + iv;
+    uint4 raw[RPT][NCH];
+    const char* src = s_stage + (i % NS) * stage_bytes + 16 * tid;
+#pragma unroll
+    for (int r = 0; r < RPT; ++r)
+#pragma unroll
+      for (int m = 0; m < NCH; ++m) raw[r][m] = *reinterpret_cast<const uint4*>(src + (r * NCH + m) * nth * 16);
+    float sq[RPT] = {}, sk[RPT] = {};
+    state_row_dots<TL, ST>(raw, s_q, s_k, t, sq, sk);
+    const float tot = s_gate[u][2];
 #pragma unroll
     for (int r = 0; r < RPT; ++r) {
-      const float dj = lds_ring(s_d, j * rpc + l0 + GPW * r, R.d_dtype);
-      sq[r] = fmaf(cq, dj, sq[r]);
-      sk[r] = fmaf(ck, dj, sk[r]);
+      sq[r] *= tot;
+      sk[r] *= tot;
     }
-  }
-  const float alpha = tk.alpha, beta = tk.beta, kq = tk.kq;
-  void* op = mptr(p.out, p.out_dtype, int64_t(row) * p.out_tok + int64_t(hv) * p.out_head);
+    const char* s_di = s_d + size_t(i) * (L - 1) * rpc * ed;
+    for (int j = t; j < w; j += LPR) {  // the ring part, spread over the group's lanes (no shuffle inside)
+      const float cq = s_cq[u][j], ck = s_ck[u][j];
 #pragma unroll
-  for (int r = 0; r < RPT; ++r) {
-    const float Sq = group_sum(sq[r], LPR), Sk = group_sum(sk[r], LPR);
-    const float d = beta * (v[r] - alpha * Sk);
-    if (t == r) {
-      st_any(op, i0 + GPW * r, p.out_dtype, fmaf(alpha, Sq, d * kq));
-      st_any(dr, int64_t(w) * V + i0 + GPW * r, R.d_dtype, d);
+      for (int r = 0; r < RPT; ++r) {
+        const float dj = lds_ring(s_di, j * rpc + l0 + GPW * r, R.d_dtype);
+        sq[r] = fmaf(cq, dj, sq[r]);
+        sk[r] = fmaf(ck, dj, sk[r]);
+      }
+    }
+    const float alpha = s_gate[u][0], beta = s_gate[u][1];
+    void* op = mptr(p.out, p.out_dtype, int64_t(row) * p.out_tok + int64_t(hv) * p.out_head + sl * rpc);
+    void* dw = mptr(R.d_ring, R.d_dtype, int64_t(slot) * R.dr_slot + (int64_t(hv) * L + w) * V + sl * rpc);
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) {
+      const float Sq = group_sum(sq[r], LPR), Sk = group_sum(sk[r], LPR);
+      const float d = beta * (v[r] - alpha * Sk);
+      if (t == r) {
+        st_any(op, l0 + GPW * r, p.out_dtype, fmaf(alpha, Sq, d * kq));
+        st_any(dw, l0 + GPW * r, R.d_dtype, d);
+      }
+    }
+    if (++sl == slices) {
+      sl = 0;
+      ++iv;
     }
   }
 }
 
-// Warps per CTA: up to 4, kAppendMinCtas CTAs per SM (gdn_common.cuh's cta_warps).
+// Warps per CTA: up to 4 (gdn_common.cuh's cta_warps); items per CTA (append_ipc) on top.
 template <class ST, int K>
 int append_warps(int rows, int v_heads, int V) {
   return cta_warps(rows, v_heads, V, AppendTile<ST, K>::RPW, 4, kAppendMinCtas);
+}
+
+// Items (v-head slices of one k-head) per CTA: the most (<= kAppendDefaultIpc, dividing the k-head's nI
+// items) that still gives at least half a wave of CTAs (measured, eighth session: at batch 8 fewer, longer
+// CTAs in one wave beat two waves of one-item CTAs; at batch 1 one item per CTA is best);
+// REPLAYSSM_GDN_APPEND_IPC (1, 2, 4, 8) forces an upper bound (the GPU tests cover every value with it).
+inline int append_ipc(int rows, int k_heads, int nI) {
+  const char* e = std::getenv("REPLAYSSM_GDN_APPEND_IPC");
+  int ipc = kAppendDefaultIpc;
+  if (e != nullptr && *e != '\0') {
+    const int f = std::atoi(e);
+    if (f < 1 || f > kAppendMaxIpc || (f & (f - 1)) != 0)
+      throw Error("REPLAYSSM_GDN_APPEND_IPC", std::string("expected 1, 2, 4 or 8, got '") + e + "'");
+    ipc = f;
+  } else {
+    while (ipc > 1 && 2LL * rows * k_heads * (nI / ipc) < (long long)sm_count() * kAppendMinCtas) ipc >>= 1;
+  }
+  while (nI % ipc != 0) ipc >>= 1;
+  return ipc;
 }
 
 }  // namespace
@@ -235,10 +339,15 @@ void gdn_replay_append(const GdnReplayParams& p, Stream stream) {
       const int warps = append_warps<ST, K>(p.step.rows, p.step.v_heads, V);
       const int rpc = warps * AppendTile<ST, K>::RPW, slices = V / rpc;
       if (slices * rpc != V) throw Error("geo", "head_v_dim " + std::to_string(V) + " is not a multiple of " + std::to_string(rpc));
-      const size_t smem = std::max<size_t>(
-          16, size_t(L - 1) * (size_t(K) * size_t(esize(p.ring.k_dtype)) + size_t(rpc) * size_t(esize(p.ring.d_dtype))));
-      gdn_replay_append_kernel<ST, K><<<dim3(unsigned(p.step.v_heads * slices), unsigned(p.step.rows)),
-                                        dim3(unsigned(32 * warps)), smem, st>>>(p, slices);
+      const int vpk = p.step.v_heads / p.step.k_heads;
+      const int ipc = append_ipc(p.step.rows, p.step.k_heads, vpk * slices);
+      const size_t smem = size_t(kAppendStages) * rpc * K * sizeof(ST) +
+                          size_t(L - 1) * (size_t(K) * size_t(esize(p.ring.k_dtype)) +
+                                           size_t(ipc) * size_t(rpc) * size_t(esize(p.ring.d_dtype)));
+      auto kernel = gdn_replay_append_kernel<ST, K>;
+      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), "gdn_replay_append");
+      kernel<<<dim3(unsigned(p.step.k_heads * (vpk * slices / ipc)), unsigned(p.step.rows)), dim3(unsigned(32 * warps)),
+               smem, st>>>(p, slices, ipc);
     });
   });
   check_launch("gdn_replay_append");

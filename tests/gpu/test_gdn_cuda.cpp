@@ -71,6 +71,10 @@ int watchdog_s() {
 struct ForceWarps : ScopedEnv {
   explicit ForceWarps(int w) : ScopedEnv("REPLAYSSM_GDN_CUDA_WARPS", std::to_string(w)) {}
 };
+// Items per CTA of the split append kernel (gdn_replay_append.cu).
+struct ForceIpc : ScopedEnv {
+  explicit ForceIpc(int ipc) : ScopedEnv("REPLAYSSM_GDN_APPEND_IPC", std::to_string(ipc)) {}
+};
 struct ForceTile : ScopedEnv {
   explicit ForceTile(const char* tile) : ScopedEnv("REPLAYSSM_GDN_TILE", tile) {}
 };
@@ -383,6 +387,30 @@ TEST(CudaGdnReplay, AppendPaths) {
                          (c.stagger ? " staggered" : ""));
             expect_replay(c, mode);
           }
+}
+
+// Items per CTA of the split append kernel (REPLAYSSM_GDN_APPEND_IPC; small test batches would pick 1):
+// 1-8 items, so a CTA's items span one or several v-heads (vpk 2 and 4) and slices, 1 and 4 warps, fp32 /
+// bf16 state, K 64 / 128, f32 / bf16 rings, staggered cursors (append and flush rows in one launch), a
+// padding row; >= 2L steps (every fill level, flushes).
+TEST(CudaGdnReplay, AppendItemsPerCta) {
+  NEED_GPU();
+  for (int ipc : {1, 2, 4, 8})
+    for (int warps : {1, 4})
+      for (DType sd : {DType::f32, DType::bf16})
+        for (int K : {128, 64}) {
+          ForceAppend fa("split");
+          ForceWarps fw(warps);
+          ForceIpc fi(ipc);
+          Cfg c;
+          c.sd = sd; c.ad = DType::bf16; c.rd = K == 64 ? DType::bf16 : DType::f32; c.L = 8; c.steps = 2 * c.L + 3;
+          c.geo = {warps == 1 ? 2 : 1, 4, K, 128};  // vpk 2 or 4: with 4 warps ipc 8 spans up to 4 v-heads
+          c.stagger = true;
+          c.seed = 1100 + ipc * 16 + warps * 4 + int(sd) + K;
+          SCOPED_TRACE("ipc " + std::to_string(ipc) + " warps " + std::to_string(warps) + " " + dn(sd) + " K " +
+                       std::to_string(K));
+          expect_replay(c, ("ipc=" + std::to_string(ipc)).c_str());
+        }
 }
 
 TEST(CudaGdnReplay, ProductionGeometriesAndShards) {
@@ -810,6 +838,14 @@ TEST(CudaGdn, SanitizerSmall) {
   c.geo = {1, 2, 128, 64}; c.L = 4; c.steps = 5; c.ids = {1, -1, 0}; c.slots = 2; c.with_cpu = false;
   const Stats s = replay_stream(c);
   EXPECT_LE(s.out_ref, 2 * out_tol(c.sd, c.ad, c.rd));
+  {  // the append kernel with 4 items per CTA over 2 v-heads (double-buffered checkpoint), staggered cursors
+    ForceIpc fi(4);
+    ForceWarps fw(4);
+    Cfg a = c;
+    a.geo = {1, 2, 128, 64}; a.stagger = true; a.steps = 4;
+    const Stats sa = replay_stream(a);
+    EXPECT_LE(sa.out_ref, 2 * out_tol(a.sd, a.ad, a.rd));
+  }
   c.spec = {4, 2}; c.steps = 6;
   const Stats t = spec_stream(c);
   EXPECT_LE(t.out_ref, 5e-2);
