@@ -111,6 +111,7 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
   __shared__ float s_kq;                                // k.q of the token (normalised, scaled)
   extern __shared__ float4 s_dyn[];  // checkpoint stages [2][NC][nth] x 16 B; k history [L-1][K]; d [ipc][L-1][rpc]
 
+  griddep_launch_dependents();  // the flush launch (other rows) may start now: see gdn_replay_decode
   const int tid = int(threadIdx.x), nth = int(blockDim.x), warp = tid >> 5, lane = tid & 31, g = lane / LPR,
             t = lane % LPR;
   const int nwarps = nth >> 5, V = p.head_v_dim, L = R.ring, rpc = nwarps * TL::RPW;

@@ -286,6 +286,10 @@ __global__ void __launch_bounds__(128, sizeof(ST) == 4 ? 4 : 3) gdn_replay_flush
     if (i > 0) __syncthreads();  // the previous row's shared-memory reads are done before it is refilled
     replay_quad_row<ST, K, true>(P, slices, s_list[i]);  // re-reads slot and cursor (L1/L2 hits)
   }
+  // Launched as a programmatic dependent of the append kernel (gdn_replay_decode): the two touch disjoint
+  // rows, so nothing above waits for it; but this kernel's completion must imply the append's, for the work
+  // that follows in the stream.
+  griddep_wait();
 }
 
 // Which append path: REPLAYSSM_GDN_APPEND=fused|split, read at every call (one process can A/B both).
@@ -300,6 +304,15 @@ GdnAppend gdn_append_mode() {
   if (std::string(e) == "split") return GdnAppend::split;
   if (std::string(e) == "fused") return GdnAppend::fused;
   throw Error("REPLAYSSM_GDN_APPEND", std::string("expected fused or split, got '") + e + "'");
+}
+
+// The split path's flush launch as a programmatic dependent of the append launch: REPLAYSSM_GDN_PDL=0
+// turns it off (A/B), unset or 1: on.
+bool gdn_pdl() {
+  const char* e = std::getenv("REPLAYSSM_GDN_PDL");
+  if (e == nullptr || *e == '\0' || std::string(e) == "1") return true;
+  if (std::string(e) == "0") return false;
+  throw Error("REPLAYSSM_GDN_PDL", std::string("expected 0 or 1, got '") + e + "'");
 }
 
 // Rows per CTA of the split path's flush kernel: the largest power of two <= 8 that keeps >= 2 waves of
@@ -340,7 +353,19 @@ void gdn_replay_decode(const GdnReplayParams& p, Stream stream) {
         return;
       }
       const int rb = flush_rows_per_cta((long long)gx * p.step.rows, sizeof(ST) == 4 ? 4 : 3);
-      gdn_replay_flush_kernel<ST, K><<<dim3(gx, unsigned((p.step.rows + rb - 1) / rb)), block, smem, st>>>(p, slices, rb);
+      // A programmatic dependent of the append launch (L > 1): its CTAs start while the append kernel
+      // runs (the rows are disjoint) instead of one launch latency after it (batch 1-8: a few us per step).
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(gx, unsigned((p.step.rows + rb - 1) / rb));
+      cfg.blockDim = dim3(block);
+      cfg.dynamicSmemBytes = smem;
+      cfg.stream = st;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = L > 1 && gdn_pdl() ? 1 : 0;
+      check_cuda(cudaLaunchKernelEx(&cfg, gdn_replay_flush_kernel<ST, K>, p, slices, rb), "gdn_replay_decode");
     });
   });
   check_launch("gdn_replay_decode");
