@@ -1,5 +1,5 @@
-// ReplaySSM append step for Gated DeltaNet, split from the flush (REPLAYSSM_GDN_APPEND=split, the default;
-// launched by gdn_replay_decode.cu next to the quad replay kernel in its flush-rows-only mode). Only rows
+// ReplaySSM append step for Gated DeltaNet, split from the flush (REPLAYSSM_GDN_APPEND=split, the default for
+// 16-bit state; launched by gdn_replay_decode.cu next to the quad replay kernel in its flush-rows-only mode). Only rows
 // with cursor w < L-1 do anything here; output-only, the checkpoint S0 is read, never written:
 //   S_prev q = tot S0 q + sum_{j<w} cq_j d_j,  cq_j = om_j k_j.q  (same for k),
 //   d = beta (v - alpha S_prev k), o = alpha S_prev q + d k.q;  d (ring dtype), k, g appended at w,
