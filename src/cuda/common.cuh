@@ -113,6 +113,12 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 }
 // The memory clobber keeps the compiler from moving shared loads of the copied bytes above the wait.
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// Programmatic dependent launch (sm_90): launch_dependents lets the next kernel of the stream, when it was
+// launched with programmatic stream serialization, start before this one ends; wait blocks until the
+// previous kernel has completed and its writes are visible (a no-op for a kernel launched without it).
+__device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
 // Groups: commit closes this thread's copies issued since the last commit; wait_group<N> returns once at most
 // the N most recent groups are still in flight (a multi-stage pipeline waits for its oldest stage).
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }

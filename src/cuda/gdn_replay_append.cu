@@ -1,5 +1,5 @@
-// ReplaySSM append step for Gated DeltaNet, split from the flush (REPLAYSSM_GDN_APPEND=split, the default;
-// launched by gdn_replay_decode.cu next to the quad replay kernel in its flush-rows-only mode). Only rows
+// ReplaySSM append step for Gated DeltaNet, split from the flush (REPLAYSSM_GDN_APPEND=split, the default for
+// 16-bit state; launched by gdn_replay_decode.cu next to the quad replay kernel in its flush-rows-only mode). Only rows
 // with cursor w < L-1 do anything here; output-only, the checkpoint S0 is read, never written:
 //   S_prev q = tot S0 q + sum_{j<w} cq_j d_j,  cq_j = om_j k_j.q  (same for k),
 //   d = beta (v - alpha S_prev k), o = alpha S_prev q + d k.q;  d (ring dtype), k, g appended at w,
@@ -111,6 +111,7 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
   __shared__ float s_kq;                                // k.q of the token (normalised, scaled)
   extern __shared__ float4 s_dyn[];  // checkpoint stages [2][NC][nth] x 16 B; k history [L-1][K]; d [ipc][L-1][rpc]
 
+  griddep_launch_dependents();  // the flush launch (other rows) may start now: see gdn_replay_decode
   const int tid = int(threadIdx.x), nth = int(blockDim.x), warp = tid >> 5, lane = tid & 31, g = lane / LPR,
             t = lane % LPR;
   const int nwarps = nth >> 5, V = p.head_v_dim, L = R.ring, rpc = nwarps * TL::RPW;

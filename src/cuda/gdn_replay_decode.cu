@@ -1,10 +1,11 @@
 // ReplaySSM standard decode for Gated DeltaNet on the GPU, append / flush decided per row on the device
 // from the slot cursor w (graph-capturable). REPLAYSSM_GDN_APPEND (read per call):
-// * split (default): gdn_replay_append (gdn_replay_append.cu) for the rows with w < L-1, then
-//   gdn_replay_flush_kernel: the quad kernel's body for the rows with w = L-1 only (cursor read first,
-//   no checkpoint byte read for append rows; 1-8 rows per CTA).
-// * fused: one launch of gdn_replay_kernel (quad tile) for every row. (A wide-tile fused kernel was
-//   removed 2026-12-03: 39-41 % of copy against the quad's 46-50 %, docs/notes-gdn-cuda.md.)
+// * split (default for 16-bit state): gdn_replay_append (gdn_replay_append.cu) for the rows with w < L-1,
+//   then gdn_replay_flush_kernel: the quad kernel's body for the rows with w = L-1 only (cursor read first,
+//   no checkpoint byte read for append rows; 1-8 rows per CTA), launched as a programmatic dependent.
+// * fused (default for fp32 state): one launch of gdn_replay_kernel (quad tile) for every row. (A
+//   wide-tile fused kernel was removed 2026-12-03: 39-41 % of copy against the quad's 46-50 % then;
+//   since the seventh session's history staging the quad reaches 81 % on the append, docs/notes-gdn-cuda.md.)
 //   REPLAYSSM_GDN_CUDA_WARPS=1|2|4 forces the CTA shape of every kernel.
 // Quad tile: the checkpoint rows (16 x 16 B per thread) are loaded first, then the cursor.
 // Prologue: the history's k rows (j < w) and this CTA's slice of its d rows go to shared memory as fp32
@@ -286,20 +287,36 @@ __global__ void __launch_bounds__(128, sizeof(ST) == 4 ? 4 : 3) gdn_replay_flush
     if (i > 0) __syncthreads();  // the previous row's shared-memory reads are done before it is refilled
     replay_quad_row<ST, K, true>(P, slices, s_list[i]);  // re-reads slot and cursor (L1/L2 hits)
   }
+  // Launched as a programmatic dependent of the append kernel (gdn_replay_decode): the two touch disjoint
+  // rows, so nothing above waits for it; but this kernel's completion must imply the append's, for the work
+  // that follows in the stream.
+  griddep_wait();
 }
 
 // Which append path: REPLAYSSM_GDN_APPEND=fused|split, read at every call (one process can A/B both).
-// fused: one launch of the quad kernel, append and flush decided per row. split
-// (unset or empty): gdn_replay_append (gdn_replay_append.cu) for rows with w < L-1, then the quad kernel
-// in flush-rows-only mode (reads the cursor first, returns for w != L-1 before any checkpoint load).
-// Both launches are unconditional (decisions on the device): graph-capturable.
+// fused: one launch of the quad kernel, append and flush decided per row. split: gdn_replay_append
+// (gdn_replay_append.cu) for rows with w < L-1, then the quad kernel in flush-rows-only mode (reads the
+// cursor first, returns for w != L-1 before any checkpoint load). Both launches are unconditional
+// (decisions on the device): graph-capturable. Unset or empty: by the measurement (H200, eighth session,
+// runs 4-5, L = 16): fp32 state -> fused (Qwen3.5-4B amortised b1 7.8 vs 8.2 us, b8 11.8 vs 13.1, b64 54.8 vs
+// 57.4, b512 370 vs 370), 16-bit state -> split (bf16 b512 266 vs 288 us, b64 41.5 vs 44.7, 122B b512 516 vs
+// 559).
 enum class GdnAppend { fused, split };
-GdnAppend gdn_append_mode() {
+GdnAppend gdn_append_mode(DType state) {
   const char* e = std::getenv("REPLAYSSM_GDN_APPEND");
-  if (e == nullptr || *e == '\0') return GdnAppend::split;
+  if (e == nullptr || *e == '\0') return state == DType::f32 ? GdnAppend::fused : GdnAppend::split;
   if (std::string(e) == "split") return GdnAppend::split;
   if (std::string(e) == "fused") return GdnAppend::fused;
   throw Error("REPLAYSSM_GDN_APPEND", std::string("expected fused or split, got '") + e + "'");
+}
+
+// The split path's flush launch as a programmatic dependent of the append launch: REPLAYSSM_GDN_PDL=0
+// turns it off (A/B), unset or 1: on.
+bool gdn_pdl() {
+  const char* e = std::getenv("REPLAYSSM_GDN_PDL");
+  if (e == nullptr || *e == '\0' || std::string(e) == "1") return true;
+  if (std::string(e) == "0") return false;
+  throw Error("REPLAYSSM_GDN_PDL", std::string("expected 0 or 1, got '") + e + "'");
 }
 
 // Rows per CTA of the split path's flush kernel: the largest power of two <= 8 that keeps >= 2 waves of
@@ -324,7 +341,7 @@ void gdn_replay_decode(const GdnReplayParams& p, Stream stream) {
   const int L = p.ring.ring;
   if (L < 1 || L > 32) throw Error("cache.d_ring", "the CUDA kernels support ring lengths 1..32, got " + std::to_string(L));
   auto st = static_cast<cudaStream_t>(stream);
-  const bool split = gdn_append_mode() == GdnAppend::split;
+  const bool split = gdn_append_mode(p.step.state_dtype) == GdnAppend::split;
   if (split && L > 1) gdn_replay_append(p, stream);  // L = 1: every step is a flush
   with_float_type(p.step.state_dtype, "cache.checkpoint", [&](auto s) {
     using ST = decltype(s);
@@ -340,7 +357,19 @@ void gdn_replay_decode(const GdnReplayParams& p, Stream stream) {
         return;
       }
       const int rb = flush_rows_per_cta((long long)gx * p.step.rows, sizeof(ST) == 4 ? 4 : 3);
-      gdn_replay_flush_kernel<ST, K><<<dim3(gx, unsigned((p.step.rows + rb - 1) / rb)), block, smem, st>>>(p, slices, rb);
+      // A programmatic dependent of the append launch (L > 1): its CTAs start while the append kernel
+      // runs (the rows are disjoint) instead of one launch latency after it (batch 1-8: a few us per step).
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(gx, unsigned((p.step.rows + rb - 1) / rb));
+      cfg.blockDim = dim3(block);
+      cfg.dynamicSmemBytes = smem;
+      cfg.stream = st;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = L > 1 && gdn_pdl() ? 1 : 0;
+      check_cuda(cudaLaunchKernelEx(&cfg, gdn_replay_flush_kernel<ST, K>, p, slices, rb), "gdn_replay_decode");
     });
   });
   check_launch("gdn_replay_decode");
