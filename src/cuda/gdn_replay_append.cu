@@ -61,8 +61,8 @@ struct AppendTile {
 };
 constexpr int kAppendMinCtas = 4;     // ~47 KB of shared memory each at ipc 4, fp32, L = 16
 constexpr int kAppendMaxIpc = 8, kAppendDefaultIpc = 4;
-// Checkpoint slices in shared memory: one item in flight while one is computed. 3 (two in flight, 3 CTAs
-// per SM) measured slower everywhere (eighth session, H200 run 3: b512 append 81 -> 71 % of copy).
+// Checkpoint slices in shared memory: two stages, one item in flight while one is computed. Three (two in
+// flight, 3 CTAs per SM) measured slower everywhere (eighth session, H200 run 3: b512 append 81 -> 71 % of copy).
 constexpr int kAppendStages = 2;
 constexpr int kAppendMaxVh = kAppendMaxIpc;  // v-heads one CTA touches (<= its items)
 
@@ -100,7 +100,6 @@ template <class ST, int K>
 __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(const GdnReplayParams P, const int slices,
                                                                                 const int ipc) {
   using TL = AppendTile<ST, K>;
-  constexpr int NS = kAppendStages;
   constexpr int NCH = TL::NCH, RPT = TL::RPT, LPR = TL::LPR, GPW = TL::GPW, E = K / 32, NC = RPT * NCH;
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;
@@ -129,7 +128,7 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
   const int ek = int(esize(R.k_dtype)), ed = int(esize(R.d_dtype));
   const size_t stage_bytes = size_t(NC) * nth * 16;
   char* s_stage = reinterpret_cast<char*>(s_dyn);
-  char* s_kr = s_stage + NS * stage_bytes;                // (L-1) K ek bytes
+  char* s_kr = s_stage + kAppendStages * stage_bytes;               // (L-1) K ek bytes
   char* s_d = s_kr + size_t(L - 1) * K * ek;              // ipc (L-1) rpc ed bytes (16-byte multiples)
   const ST* S_h = static_cast<const ST*>(p.state) + int64_t(slot) * p.state_slot + int64_t(h) * vpk * V * K;
   const char* dr_h = static_cast<const char*>(R.d_ring) + (int64_t(slot) * R.dr_slot + int64_t(h) * vpk * L * V) * ed;
@@ -148,7 +147,7 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
         ++iv_n;
       }
       const ST* S = S_h + (int64_t(iv) * V + sl * rpc + l0) * K;
-      char* dst = s_stage + (i % NS) * stage_bytes + 16 * tid;
+      char* dst = s_stage + (i % kAppendStages) * stage_bytes + 16 * tid;
 #pragma unroll
       for (int r = 0; r < RPT; ++r)
 #pragma unroll
@@ -175,9 +174,8 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
     }
     cp_async_commit();
   }
-  uint32_t vb[NS - 1][RPT];  // v bits of items i .. i + NS - 2, loaded with their checkpoint slices
-#pragma unroll
-  for (int x = 0; x < NS - 1; ++x) issue_item(x, vb[x]);
+  uint32_t vb[RPT];  // v bits of the next item to compute, loaded with its checkpoint slice
+  issue_item(0, vb);
 
   // Decay weights and gates of local v-head u (om_j in lane j; alpha, beta, tot = exp(G)); g appended at w
   // by the CTA that holds the v-head's slice 0.
@@ -214,7 +212,7 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
     const Gates gt = gates_of(p, gbits);
     vhead_out(u, gr, gj, gt.alpha, gt.beta, gt.g);
   }
-  cp_async_wait_group<NS - 1>();  // the history (the first items' slices may still fly); the barrier publishes it
+  cp_async_wait_group<1>();  // the history (the first item's slice may still fly); the barrier publishes it
   __syncthreads();
 
   // ring projections k_j.q, k_j.k (per k-head): block b of 4 j by warp b % nwarps, scaled by each local
@@ -248,16 +246,12 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
   for (int i = 0; i < ipc; ++i) {
     float v[RPT];
 #pragma unroll
-    for (int r = 0; r < RPT; ++r) v[r] = bits_f(vb[0][r], p.act);
-#pragma unroll
-    for (int x = 0; x + 1 < NS - 1; ++x)
-#pragma unroll
-      for (int r = 0; r < RPT; ++r) vb[x][r] = vb[x + 1][r];
-    issue_item(i + NS - 1, vb[NS - 2]);  // later items' copies fly while this one is computed
-    cp_async_wait_group<NS - 1>();       // this item's slice (own chunks)
+    for (int r = 0; r < RPT; ++r) v[r] = bits_f(vb[r], p.act);
+    issue_item(i + kAppendStages - 1, vb);  // the next item's copies fly while this one is computed
+    cp_async_wait_group<1>();  // this item's slice (own chunks)
     const int u = iv - iv0, hv = h * vpk + iv;
     uint4 raw[RPT][NCH];
-    const char* src = s_stage + (i % NS) * stage_bytes + 16 * tid;
+    const char* src = s_stage + (i % kAppendStages) * stage_bytes + 16 * tid;
 #pragma unroll
     for (int r = 0; r < RPT; ++r)
 #pragma unroll
