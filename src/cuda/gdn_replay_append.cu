@@ -340,7 +340,7 @@ void gdn_replay_append(const GdnReplayParams& p, Stream stream) {
                           size_t(L - 1) * (size_t(K) * size_t(esize(p.ring.k_dtype)) +
                                            size_t(ipc) * size_t(rpc) * size_t(esize(p.ring.d_dtype)));
       auto kernel = gdn_replay_append_kernel<ST, K>;
-      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), "gdn_replay_append");
+      allow_dynamic_smem(kernel, smem, "gdn_replay_append");
       kernel<<<dim3(unsigned(p.step.k_heads * (vpk * slices / ipc)), unsigned(p.step.rows)), dim3(unsigned(32 * warps)),
                smem, st>>>(p, slices, ipc);
     });

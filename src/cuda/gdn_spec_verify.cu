@@ -487,8 +487,7 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
                             size_t(kT) * rpc * asz +
                             size_t(p.history) * (KP * esize(p.ring.k_dtype) + rpc * esize(p.ring.d_dtype));
         auto kernel = gdn_verify_kernel<ST, AT, K>;
-        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-                   "gdn_spec_verify");
+        allow_dynamic_smem(kernel, smem, "gdn_spec_verify");
         kernel<<<dim3(unsigned(p.step.v_heads * slices), unsigned(p.step.rows)), dim3(unsigned(32 * warps)), smem,
                  st>>>(p, slices);
       });

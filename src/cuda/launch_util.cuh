@@ -13,6 +13,15 @@
 
 namespace replayssm::cuda {
 
+// A kernel launched with more than 48 KB of dynamic shared memory must opt in to the larger carve-out. The
+// attribute is per device, so it is set at every such launch (one driver call); launches at or below 48 KB
+// need none.
+template <class Kernel>
+inline void allow_dynamic_smem(Kernel* kernel, size_t smem, const char* what) {
+  if (smem > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), what);
+}
+
 inline int sm_count() {
   static int cached[64] = {};
   int dev = 0;

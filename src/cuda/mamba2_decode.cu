@@ -305,8 +305,7 @@ void mamba2_decode(const Mamba2StepParams& p, Stream stream) {
         using AT = decltype(a);
         with_dstate(p.dstate, [&](auto n) {
           auto* kernel = classic_stream_kernel<ST, AT, decltype(n)::value>;
-          check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(plan.smem)),
-                     "mamba2_decode");
+          allow_dynamic_smem(kernel, plan.smem, "mamba2_decode");
           kernel<<<ctas, threads, plan.smem, st>>>(p, plan.stages);
         });
       });

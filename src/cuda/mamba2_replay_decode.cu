@@ -395,9 +395,7 @@ void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
   const dim3 block(unsigned(32 * sp.tiles_per_cta));
   const size_t smem = SM::total(16 * sp.tiles_per_cta);
   auto* kernel = replay_decode_kernel<ST, AT, N, KT>;
-  if (smem > 48 * 1024)  // fp32 activations at L > 16: opt in to the larger carve-out (per device, so every time)
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-               "mamba2_replay_decode");
+  allow_dynamic_smem(kernel, smem, "mamba2_replay_decode");  // > 48 KB: fp32 activations at L > 16
   const size_t es = sizeof(AT);
   const bool vec16 = aligned16(p.ring.x_ring, p.ring.xr_slot, es) && aligned16(p.ring.B_ring, p.ring.Br_slot, es) &&
                      (int64_t(p.step.headdim) * int64_t(es)) % 16 == 0;

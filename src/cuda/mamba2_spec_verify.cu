@@ -387,11 +387,7 @@ void launch(const Mamba2VerifyParams& p, cudaStream_t st) {
   const dim3 block(unsigned(32 * sp.tiles_per_cta));
   const size_t smem = smem_bytes<AT>(N, p.history + p.window, sp.tiles_per_cta * 16);
   auto kernel = spec_verify_kernel<ST, AT, N>;
-  static size_t raised = 0;  // per instantiation
-  if (smem > 48 * 1024 && smem > raised) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), "spec_verify");
-    raised = smem;
-  }
+  allow_dynamic_smem(kernel, smem, "spec_verify");
   kernel<<<grid, block, smem, st>>>(p, sp.tiles_per_cta, sp.chunks);
 }
 
