@@ -841,8 +841,8 @@ TEST(CudaGdn, SanitizerSmall) {
   {  // the append kernel with 4 items per CTA over 2 v-heads (double-buffered checkpoint), staggered cursors
     ForceIpc fi(4);
     ForceWarps fw(4);
-    Cfg a = c;
-    a.geo = {1, 2, 128, 64}; a.stagger = true; a.steps = 4;
+    Cfg a = c;  // geometry {1, 2, 128, 64}: 2 slices of 32 rows per v-head, 4 items
+    a.stagger = true; a.steps = 4;
     const Stats sa = replay_stream(a);
     EXPECT_LE(sa.out_ref, 2 * out_tol(a.sd, a.ad, a.rd));
   }
