@@ -331,11 +331,24 @@ void gdn_replay_append(const GdnReplayParams& p, Stream stream) {
     using ST = decltype(s);
     with_head_k(p.step.head_k_dim, [&](auto kc) {
       constexpr int K = decltype(kc)::value;
-      const int warps = append_warps<ST, K>(p.step.rows, p.step.v_heads, V);
-      const int rpc = warps * AppendTile<ST, K>::RPW, slices = V / rpc;
-      if (slices * rpc != V) throw Error("geo", "head_v_dim " + std::to_string(V) + " is not a multiple of " + std::to_string(rpc));
       const int vpk = p.step.v_heads / p.step.k_heads;
-      const int ipc = append_ipc(p.step.rows, p.step.k_heads, vpk * slices);
+      int warps = append_warps<ST, K>(p.step.rows, p.step.v_heads, V);
+      int rpc = warps * AppendTile<ST, K>::RPW, slices = V / rpc;
+      if (slices * rpc != V) throw Error("geo", "head_v_dim " + std::to_string(V) + " is not a multiple of " + std::to_string(rpc));
+      int ipc = append_ipc(p.step.rows, p.step.k_heads, vpk * slices);
+      // 16-bit state, many waves of 4-warp CTAs: 2-warp CTAs with twice the items instead (the same CTA count,
+      // twice as many resident, the per-CTA prologue over 8 items). Measured (H200, eighth session run 10,
+      // Qwen3.5-4B bf16): b512 append 227.5 -> 215.5 us, 122B 441 -> 416 us; at b64 (2 waves) 35.2 -> 42.9 us:
+      // so only from 4 waves of 4-warp CTAs up.
+      if (sizeof(ST) == 2 && warps == 4 && std::getenv("REPLAYSSM_GDN_CUDA_WARPS") == nullptr &&
+          std::getenv("REPLAYSSM_GDN_APPEND_IPC") == nullptr &&
+          (long long)p.step.rows * p.step.k_heads * (vpk * slices / ipc) >= 4LL * sm_count() * kAppendMinCtas) {
+        warps = 2;
+        rpc /= 2;
+        slices *= 2;
+        ipc = std::min(kAppendMaxIpc, vpk * slices);
+        while ((vpk * slices) % ipc != 0) ipc >>= 1;
+      }
       const size_t smem = size_t(kAppendStages) * rpc * K * sizeof(ST) +
                           size_t(L - 1) * (size_t(K) * size_t(esize(p.ring.k_dtype)) +
                                            size_t(ipc) * size_t(rpc) * size_t(esize(p.ring.d_dtype)));

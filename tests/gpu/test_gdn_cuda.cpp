@@ -396,7 +396,7 @@ TEST(CudaGdnReplay, AppendPaths) {
 TEST(CudaGdnReplay, AppendItemsPerCta) {
   NEED_GPU();
   for (int ipc : {1, 2, 4, 8})
-    for (int warps : {1, 4})
+    for (int warps : {1, 2, 4})
       for (DType sd : {DType::f32, DType::bf16})
         for (int K : {128, 64}) {
           ForceAppend fa("split");
@@ -404,7 +404,7 @@ TEST(CudaGdnReplay, AppendItemsPerCta) {
           ForceIpc fi(ipc);
           Cfg c;
           c.sd = sd; c.ad = DType::bf16; c.rd = K == 64 ? DType::bf16 : DType::f32; c.L = 8; c.steps = 2 * c.L + 3;
-          c.geo = {warps == 1 ? 2 : 1, 4, K, 128};  // vpk 2 or 4: with 4 warps ipc 8 spans up to 4 v-heads
+          c.geo = {warps == 4 ? 1 : 2, 4, K, 128};  // vpk 2 or 4: with 4 warps ipc 8 spans up to 4 v-heads
           c.stagger = true;
           c.seed = 1100 + ipc * 16 + warps * 4 + int(sd) + K;
           SCOPED_TRACE("ipc " + std::to_string(ipc) + " warps " + std::to_string(warps) + " " + dn(sd) + " K " +
