@@ -16,9 +16,10 @@
 //   S_prev q = tot S0 q + sum_j cq_j d_j[i] (the ring sum spread over the quad's lanes, folded into
 //   the same reduction), same for k; d = beta (v - alpha S_prev k), o = alpha S_prev q + d k.q;
 //   d, k, g appended at w. The checkpoint is only read.
-// * flush (w == L-1): S_prev formed in registers by FFMA (V x w x K per head: 24% of the memory
-//   time at L = 16 with fp32 state, see docs/notes-gdn-cuda.md), one delta step, o, the new
-//   checkpoint written once; nothing appended.
+// * flush (w == L-1): S_prev formed in fp32 registers (fp32 state: by FFMA, V x w x K per head, 24 % of the
+//   memory time at L = 16; 16-bit state: on tensor cores, two rows at a time, which took the bf16 flush from
+//   36 to 60 % of copy, ninth session; docs/notes-gdn-cuda.md), one delta step, o, the new checkpoint written
+//   once; nothing appended.
 // No shuffle sits in a loop whose trip count differs between lanes (the
 // old kernel's hang).
 #include "cuda/gdn_common.cuh"
