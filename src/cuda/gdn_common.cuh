@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "cuda/common.cuh"
+#include "cuda/env_choice.hpp"
 #include "cuda/launch_util.cuh"
 #include "params/gdn_params.hpp"
 
@@ -201,9 +202,8 @@ __device__ __forceinline__ void prep_token(const GdnStepParams& p, int64_t tok, 
 // that fits: the GPU tests cover every shape on small batches with it.
 inline int cta_warps(int rows, int v_heads, int V, int rpw, int max_warps, int min_ctas, bool divides = false) {
   const auto fits = [&](int w) { return w * rpw <= V && (!divides || V % (w * rpw) == 0); };
-  const char* force = std::getenv("REPLAYSSM_GDN_CUDA_WARPS");
-  const int f = force ? std::atoi(force) : 0;
-  if (f >= 1 && f <= max_warps && (f & (f - 1)) == 0 && fits(f)) return f;
+  const int fi = env_choice("REPLAYSSM_GDN_CUDA_WARPS", {"1", "2", "4", "8"});
+  if (fi >= 0 && (1 << fi) <= max_warps && fits(1 << fi)) return 1 << fi;  // a shape that does not fit: ignored
   int w = max_warps;
   while (w > 1 && !fits(w)) w >>= 1;
   const long long target = (long long)sm_count() * min_ctas;
@@ -364,11 +364,7 @@ __device__ __forceinline__ void token_to_smem(const WarpToken<K>& t, float* sq, 
 // runs the quad tile only (a wide one measured 39-41 % against 46-50 % and was removed).
 enum class GdnTile { quad, wide };
 inline GdnTile gdn_tile() {
-  const char* e = std::getenv("REPLAYSSM_GDN_TILE");
-  if (e == nullptr || *e == '\0') return GdnTile::wide;
-  if (std::string(e) == "wide") return GdnTile::wide;
-  if (std::string(e) == "quad") return GdnTile::quad;
-  throw Error("REPLAYSSM_GDN_TILE", std::string("expected quad or wide, got '") + e + "'");
+  return env_choice("REPLAYSSM_GDN_TILE", {"wide", "quad"}) == 1 ? GdnTile::quad : GdnTile::wide;
 }
 
 // The wide-tile kernels: up to 4 warps, min_ctas CTAs per SM.

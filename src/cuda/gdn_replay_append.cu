@@ -37,6 +37,7 @@
 // batch 8 append 14.4 -> 12.7 us; batch 1 append 7.4 -> 8.2 us (slower: the chain of one one-item CTA).
 // Rule: every full-mask shuffle runs in warp-uniform code; all early returns are CTA-uniform and come
 // before any barrier, shuffle or cp.async.
+#include "cuda/env_choice.hpp"
 #include "cuda/gdn_common.cuh"
 #include "cuda/ops.hpp"
 
@@ -304,13 +305,10 @@ int append_warps(int rows, int v_heads, int V) {
 // CTAs in one wave beat two waves of one-item CTAs; at batch 1 one item per CTA is best);
 // REPLAYSSM_GDN_APPEND_IPC (1, 2, 4, 8) forces an upper bound (the GPU tests cover every value with it).
 inline int append_ipc(int rows, int k_heads, int nI) {
-  const char* e = std::getenv("REPLAYSSM_GDN_APPEND_IPC");
+  const int f = env_choice("REPLAYSSM_GDN_APPEND_IPC", {"1", "2", "4", "8"});
   int ipc = kAppendDefaultIpc;
-  if (e != nullptr && *e != '\0') {
-    const int f = std::atoi(e);
-    if (f < 1 || f > kAppendMaxIpc || (f & (f - 1)) != 0)
-      throw Error("REPLAYSSM_GDN_APPEND_IPC", std::string("expected 1, 2, 4 or 8, got '") + e + "'");
-    ipc = f;
+  if (f >= 0) {
+    ipc = 1 << f;
   } else {
     while (ipc > 1 && 2LL * rows * k_heads * (nI / ipc) < (long long)sm_count() * kAppendMinCtas) ipc >>= 1;
   }
@@ -340,8 +338,8 @@ void gdn_replay_append(const GdnReplayParams& p, Stream stream) {
       // twice as many resident, the per-CTA prologue over 8 items). Measured (H200, eighth session run 10,
       // Qwen3.5-4B bf16): b512 append 227.5 -> 215.5 us, 122B 441 -> 416 us; at b64 (2 waves) 35.2 -> 42.9 us:
       // so only from 4 waves of 4-warp CTAs up.
-      if (sizeof(ST) == 2 && warps == 4 && std::getenv("REPLAYSSM_GDN_CUDA_WARPS") == nullptr &&
-          std::getenv("REPLAYSSM_GDN_APPEND_IPC") == nullptr &&
+      if (sizeof(ST) == 2 && warps == 4 && env_choice("REPLAYSSM_GDN_CUDA_WARPS", {"1", "2", "4", "8"}) < 0 &&
+          env_choice("REPLAYSSM_GDN_APPEND_IPC", {"1", "2", "4", "8"}) < 0 &&
           (long long)p.step.rows * p.step.k_heads * (vpk * slices / ipc) >= 4LL * sm_count() * kAppendMinCtas) {
         warps = 2;
         rpc /= 2;

@@ -22,6 +22,7 @@
 //   once; nothing appended.
 // No shuffle sits in a loop whose trip count differs between lanes (the
 // old kernel's hang).
+#include "cuda/env_choice.hpp"
 #include "cuda/gdn_common.cuh"
 #include "cuda/ops.hpp"
 #include "cuda/spec_mma.cuh"
@@ -347,28 +348,22 @@ __global__ void __launch_bounds__(128, sizeof(ST) == 4 ? 4 : 3) gdn_replay_flush
 // 559).
 enum class GdnAppend { fused, split };
 GdnAppend gdn_append_mode(DType state) {
-  const char* e = std::getenv("REPLAYSSM_GDN_APPEND");
-  if (e == nullptr || *e == '\0') return state == DType::f32 ? GdnAppend::fused : GdnAppend::split;
-  if (std::string(e) == "split") return GdnAppend::split;
-  if (std::string(e) == "fused") return GdnAppend::fused;
-  throw Error("REPLAYSSM_GDN_APPEND", std::string("expected fused or split, got '") + e + "'");
+  switch (env_choice("REPLAYSSM_GDN_APPEND", {"fused", "split"})) {
+    case 0: return GdnAppend::fused;
+    case 1: return GdnAppend::split;
+    default: return state == DType::f32 ? GdnAppend::fused : GdnAppend::split;
+  }
 }
 
 // The split path's flush launch as a programmatic dependent of the append launch: REPLAYSSM_GDN_PDL=0
 // turns it off (A/B), unset or 1: on.
-bool gdn_pdl() {
-  const char* e = std::getenv("REPLAYSSM_GDN_PDL");
-  if (e == nullptr || *e == '\0' || std::string(e) == "1") return true;
-  if (std::string(e) == "0") return false;
-  throw Error("REPLAYSSM_GDN_PDL", std::string("expected 0 or 1, got '") + e + "'");
-}
+bool gdn_pdl() { return env_choice("REPLAYSSM_GDN_PDL", {"0", "1"}) != 0; }
 
 // Rows per CTA of the split path's flush kernel: the largest power of two <= 8 that keeps >= 2 waves of
 // CTAs (ctas_per_sm resident per SM); REPLAYSSM_GDN_FLUSH_ROWS=1|2|4|8 forces it (tests).
 int flush_rows_per_cta(long long ctas, int ctas_per_sm) {
-  const char* e = std::getenv("REPLAYSSM_GDN_FLUSH_ROWS");
-  const int f = e ? std::atoi(e) : 0;
-  if (f == 1 || f == 2 || f == 4 || f == 8) return f;
+  const int f = env_choice("REPLAYSSM_GDN_FLUSH_ROWS", {"1", "2", "4", "8"});
+  if (f >= 0) return 1 << f;
   const long long wave = (long long)sm_count() * ctas_per_sm;
   int rb = 1;
   while (rb < kFlushRowsMax && ctas / (2 * rb) >= 2 * wave) rb *= 2;

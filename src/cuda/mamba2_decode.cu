@@ -9,11 +9,11 @@
 // By default the high-occupancy tiles of mamba2_decode_wide.cu run (REPLAYSSM_M2_CLASSIC_TILE=deep|wide|narrow
 // forces one; see classic_tile below).
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "cuda/bulk_copy.cuh"
 #include "cuda/common.cuh"
+#include "cuda/env_choice.hpp"
 #include "cuda/launch_util.cuh"
 #include "cuda/ops.hpp"
 
@@ -267,15 +267,10 @@ inline StreamPlan plan_stream(size_t blk) {
 // 77-81), wide for 16-bit state (87-90 %; narrow 56-58, deep 75-79). Any other value throws, so an A/B
 // run cannot silently measure the wrong kernel.
 int classic_tile(DType state) {
-  const char* v = std::getenv("REPLAYSSM_M2_CLASSIC_TILE");
-  if (v == nullptr || *v == 0) {
-    if (std::getenv("REPLAYSSM_CLASSIC_STREAMED") != nullptr) return 0;  // the opt-in streamed schedule
-    return dtype_size(state) == 4 ? 2 : 1;
-  }
-  if (std::strcmp(v, "deep") == 0) return 0;
-  if (std::strcmp(v, "wide") == 0) return 1;
-  if (std::strcmp(v, "narrow") == 0) return 2;
-  throw Error("REPLAYSSM_M2_CLASSIC_TILE", std::string("expected deep, wide or narrow, got '") + v + "'");
+  const int c = env_choice("REPLAYSSM_M2_CLASSIC_TILE", {"deep", "wide", "narrow"});
+  if (c >= 0) return c;
+  if (std::getenv("REPLAYSSM_CLASSIC_STREAMED") != nullptr) return 0;  // the opt-in streamed schedule
+  return dtype_size(state) == 4 ? 2 : 1;
 }
 
 }  // namespace
