@@ -52,10 +52,10 @@ __device__ __forceinline__ void replay_quad_row(const GdnReplayParams P, const i
   using VT = Vec16<ST>;
   using TL = QuadTile<ST, K>;
   constexpr int VEC = TL::VEC, NCH = TL::NCH, RPT = TL::RPT;
-  // flush: rows rebuilt together (fp32 acc registers). 16-bit state: the fold on tensor cores (kMmaFold), two
-  // rows = one m16 tile at a time; fp32 state: all RPT rows, FFMA fold (81-87 % of copy, left as measured).
-  constexpr bool kMmaFold = sizeof(ST) == 2;
-  constexpr int RG = sizeof(ST) == 4 ? RPT : 2;
+  // flush: rows rebuilt together (fp32 acc registers), two rows = one m16 tile at a time, the fold on tensor
+  // cores (kMmaFold) for every state dtype.
+  constexpr bool kMmaFold = true;
+  constexpr int RG = 2;
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;
   __shared__ TokenSmem ts;
