@@ -16,10 +16,9 @@
 //   S_prev q = tot S0 q + sum_j cq_j d_j[i] (the ring sum spread over the quad's lanes, folded into
 //   the same reduction), same for k; d = beta (v - alpha S_prev k), o = alpha S_prev q + d k.q;
 //   d, k, g appended at w. The checkpoint is only read.
-// * flush (w == L-1): S_prev formed in fp32 registers (fp32 state: by FFMA, V x w x K per head, 24 % of the
-//   memory time at L = 16; 16-bit state: on tensor cores, two rows at a time, which took the bf16 flush from
-//   36 to 60 % of copy, ninth session; docs/notes-gdn-cuda.md), one delta step, o, the new checkpoint written
-//   once; nothing appended.
+// * flush (w == L-1): S_prev formed in fp32 registers on tensor cores, two rows at a time (ninth session: the
+//   bf16 flush 36 -> 60 % of copy, the fp32 one 86 -> 90 % at b512, against the FFMA fold it replaced;
+//   docs/notes-gdn-cuda.md), one delta step, o, the new checkpoint written once; nothing appended.
 // No shuffle sits in a loop whose trip count differs between lanes (the
 // old kernel's hang).
 #include "cuda/env_choice.hpp"
@@ -52,10 +51,7 @@ __device__ __forceinline__ void replay_quad_row(const GdnReplayParams P, const i
   using VT = Vec16<ST>;
   using TL = QuadTile<ST, K>;
   constexpr int VEC = TL::VEC, NCH = TL::NCH, RPT = TL::RPT;
-  // flush: rows rebuilt together (fp32 acc registers), two rows = one m16 tile at a time, the fold on tensor
-  // cores (kMmaFold) for every state dtype.
-  constexpr bool kMmaFold = true;
-  constexpr int RG = 2;
+  constexpr int RG = 2;  // flush: rows rebuilt together in fp32 registers (one m16 tile of the tensor-core fold)
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;
   __shared__ TokenSmem ts;
@@ -210,60 +206,42 @@ __device__ __forceinline__ void replay_quad_row(const GdnReplayParams P, const i
 #pragma unroll
         for (int e = 0; e < VEC; ++e) acc[rr][m][e] *= tot;
       }
-    if constexpr (kMmaFold) {
-      // acc (rows r0, r0 + 1 = MMA rows g, g + 8; columns in the TileMap order, so the accumulator fragment
-      // is the lane's own chunk values) += C Kh on tensor cores, m16n8k8 TF32: A = C[row][j] = om_j d_j[row]
-      // (fp32, split hi + lo), B = k_j[col] (exact for a 16-bit k ring, split for fp32). The FFMA fold read
-      // the k history from shared memory once per row (RG = 1 at 16-bit state: registers) and ran the
-      // 16-bit flush at 36 % of copy (seventh session).
-      auto fold = [&](auto kp) {
-        constexpr int KP = decltype(kp)::value;
-        constexpr int TG = VEC / 2, NT = NCH * TG;  // MMA n-tiles (8 columns each) over K
-        for (int kk = 0; kk < (w + 7) >> 3; ++kk) {
-          const int j0 = kk * 8 + t, j1 = j0 + 4;
-          const bool q0 = j0 < w, q1 = j1 < w;
-          const float om0 = q0 ? s_om[j0] : 0.f, om1 = q1 ? s_om[j1] : 0.f;
-          const float a[4] = {q0 ? om0 * s_d[j0 * rpc + l0 + 8 * r0] : 0.f, q0 ? om0 * s_d[j0 * rpc + l0 + 8 * r0 + 8] : 0.f,
-                              q1 ? om1 * s_d[j1 * rpc + l0 + 8 * r0] : 0.f, q1 ? om1 * s_d[j1 * rpc + l0 + 8 * r0 + 8] : 0.f};
-          uint32_t ah[4], al[4];
+    // acc (rows r0, r0 + 1 = MMA rows g, g + 8; columns in the TileMap order, so the accumulator fragment
+    // is the lane's own chunk values) += C Kh on tensor cores, m16n8k8 TF32: A = C[row][j] = om_j d_j[row]
+    // (fp32, split hi + lo), B = k_j[col] (exact for a 16-bit k ring, split for fp32). The FFMA fold it
+    // replaced read the k history from shared memory once per row (at 16-bit state one row at a time: 168
+    // registers) and ran the 16-bit flush at 36 % of copy, the fp32 one at 86 % (ninth session: 60 and 90 %).
+    auto fold = [&](auto kp) {
+      constexpr int KP = decltype(kp)::value;
+      constexpr int TG = VEC / 2, NT = NCH * TG;  // MMA n-tiles (8 columns each) over K
+      for (int kk = 0; kk < (w + 7) >> 3; ++kk) {
+        const int j0 = kk * 8 + t, j1 = j0 + 4;
+        const bool q0 = j0 < w, q1 = j1 < w;
+        const float om0 = q0 ? s_om[j0] : 0.f, om1 = q1 ? s_om[j1] : 0.f;
+        const float a[4] = {q0 ? om0 * s_d[j0 * rpc + l0 + 8 * r0] : 0.f, q0 ? om0 * s_d[j0 * rpc + l0 + 8 * r0 + 8] : 0.f,
+                            q1 ? om1 * s_d[j1 * rpc + l0 + 8 * r0] : 0.f, q1 ? om1 * s_d[j1 * rpc + l0 + 8 * r0 + 8] : 0.f};
+        uint32_t ah[4], al[4];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) spec::split_tf32<2>(a[i], ah[i], al[i]);
-          const float* K0 = s_kr + (q0 ? j0 : 0) * K;  // row 0 (staged: w >= 1) stands in past w; its A is 0
-          const float* K1 = s_kr + (q1 ? j1 : 0) * K;
+        for (int i = 0; i < 4; ++i) spec::split_tf32<2>(a[i], ah[i], al[i]);
+        const float* K0 = s_kr + (q0 ? j0 : 0) * K;  // row 0 (staged: w >= 1) stands in past w; its A is 0
+        const float* K1 = s_kr + (q1 ? j1 : 0) * K;
 #pragma unroll
-          for (int jn = 0; jn < NT; ++jn) {
-            const int nj = TileMap<VEC>::n_of(jn, g), m = jn / TG, e = (jn % TG) * 2;
-            uint32_t bh0, bl0, bh1, bl1;
-            spec::split_tf32<KP>(K0[nj], bh0, bl0);
-            spec::split_tf32<KP>(K1[nj], bh1, bl1);
-            float d[4] = {acc[0][m][e], acc[0][m][e + 1], acc[1][m][e], acc[1][m][e + 1]};
-            spec::mma_passes<2, KP>(d, ah, al, bh0, bh1, bl0, bl1);
-            acc[0][m][e] = d[0];
-            acc[0][m][e + 1] = d[1];
-            acc[1][m][e] = d[2];
-            acc[1][m][e + 1] = d[3];
-          }
+        for (int jn = 0; jn < NT; ++jn) {
+          const int nj = TileMap<VEC>::n_of(jn, g), m = jn / TG, e = (jn % TG) * 2;
+          uint32_t bh0, bl0, bh1, bl1;
+          spec::split_tf32<KP>(K0[nj], bh0, bl0);
+          spec::split_tf32<KP>(K1[nj], bh1, bl1);
+          float d[4] = {acc[0][m][e], acc[0][m][e + 1], acc[1][m][e], acc[1][m][e + 1]};
+          spec::mma_passes<2, KP>(d, ah, al, bh0, bh1, bl0, bl1);
+          acc[0][m][e] = d[0];
+          acc[0][m][e + 1] = d[1];
+          acc[1][m][e] = d[2];
+          acc[1][m][e + 1] = d[3];
         }
-      };
-      if (R.k_dtype == DType::f32) fold(std::integral_constant<int, 2>{});
-      else fold(std::integral_constant<int, 1>{});
-    } else {
-#pragma unroll 2
-    for (int j = 0; j < w; ++j) {
-      float c[RG];
-#pragma unroll
-      for (int rr = 0; rr < RG; ++rr) c[rr] = s_om[j] * s_d[j * rpc + l0 + 8 * (r0 + rr)];
-#pragma unroll
-      for (int m = 0; m < NCH; ++m) {
-        float kv[VEC];
-        lds_vec(&s_kr[j * K + TL::col(m, t)], kv);
-#pragma unroll
-        for (int rr = 0; rr < RG; ++rr)
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) acc[rr][m][e] = fmaf(c[rr], kv[e], acc[rr][m][e]);
       }
-    }
-    }
+    };
+    if (R.k_dtype == DType::f32) fold(std::integral_constant<int, 2>{});
+    else fold(std::integral_constant<int, 1>{});
     float sq[RG] = {}, sk[RG] = {};
 #pragma unroll
     for (int m = 0; m < NCH; ++m) {
