@@ -166,4 +166,17 @@ template <int VEC> struct TileMap {
   }
 };
 
+// The lane's two state rows pr[0] = p0 + g, pr[1] = p0 + g + 8 of a head's [P][N] state S in this layout, as raw
+// 16-byte chunks (zeros for a row that does not exist): every load issued before any is used.
+template <class ST, int N>
+__device__ __forceinline__ void load_tile_rows(uint4 (&raw)[2][N / (4 * Vec16<ST>::kN)], const ST* S, const int (&pr)[2],
+                                               const bool (&ok)[2], int t) {
+  constexpr int VEC = Vec16<ST>::kN, NG = N / (4 * VEC);
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int m = 0; m < NG; ++m)
+      raw[r][m] = ok[r] ? Vec16<ST>::load_raw(S + int64_t(pr[r]) * N + m * 4 * VEC + t * VEC) : make_uint4(0, 0, 0, 0);
+}
+
 }  // namespace replayssm::cuda

@@ -56,11 +56,7 @@ classic_spec_kernel(const Mamba2ClassicSpecParams cp, const int tiles_per_cta, c
   const int pr[2] = {p0 + g, p0 + g + 8};
   const bool ok[2] = {active && pr[0] < P, active && pr[1] < P};
   uint4 raw[2][NG];
-#pragma unroll
-  for (int r = 0; r < 2; ++r)
-#pragma unroll
-    for (int m = 0; m < NG; ++m)
-      raw[r][m] = ok[r] ? V::load_raw(S0 + int64_t(pr[r]) * N + m * 4 * VEC + t * VEC) : make_uint4(0, 0, 0, 0);
+  load_tile_rows<ST, N>(raw, S0, pr, ok, t);
 
   const int grp = h / (p.heads / p.groups);
   const AT* Bin = static_cast<const AT*>(p.B);

@@ -40,11 +40,7 @@ classic_decode_kernel(const Mamba2StepParams p, const int tiles_per_cta, const i
   const bool ok[2] = {pr[0] < P, pr[1] < P};
 
   uint4 raw[2][NG];
-#pragma unroll
-  for (int r = 0; r < 2; ++r)
-#pragma unroll
-    for (int m = 0; m < NG; ++m)
-      raw[r][m] = ok[r] ? V::load_raw(S + int64_t(pr[r]) * N + m * 4 * VEC + t * VEC) : make_uint4(0, 0, 0, 0);
+  load_tile_rows<ST, N>(raw, S, pr, ok, t);
 
   const int grp = h / (p.heads / p.groups);
   const AT* x = static_cast<const AT*>(p.x) + int64_t(row) * p.x_tok + int64_t(h) * p.x_head;

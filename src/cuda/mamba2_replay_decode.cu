@@ -117,11 +117,7 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
   const int pr[2] = {p0 + g, p0 + g + 8};
   const bool ok[2] = {active && pr[0] < P, active && pr[1] < P};
   uint4 raw[2][NG];
-#pragma unroll
-  for (int r = 0; r < 2; ++r)
-#pragma unroll
-    for (int m = 0; m < NG; ++m)
-      raw[r][m] = ok[r] ? V::load_raw(S + int64_t(pr[r]) * N + m * 4 * VEC + t * VEC) : make_uint4(0, 0, 0, 0);
+  load_tile_rows<ST, N>(raw, S, pr, ok, t);
 
   // 2. the step's own inputs (independent of the cursor: in flight together with the cursor load).
   const int hpg = p.heads / p.groups, grp = h / hpg;

@@ -102,11 +102,7 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const i
   const int pr[2] = {p0 + g, p0 + g + 8};
   const bool ok[2] = {active && pr[0] < P, active && pr[1] < P};
   uint4 raw[2][NG];
-#pragma unroll
-  for (int r = 0; r < 2; ++r)
-#pragma unroll
-    for (int m = 0; m < NG; ++m)
-      raw[r][m] = ok[r] ? V::load_raw(S + int64_t(pr[r]) * N + m * 4 * VEC + t * VEC) : make_uint4(0, 0, 0, 0);
+  load_tile_rows<ST, N>(raw, S, pr, ok, t);
 
   // No window: no outputs and no fold (as on the CPU). Corrupt values: skip the row rather than
   // read or write out of bounds (the host validation names them when it is on).
