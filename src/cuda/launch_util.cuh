@@ -5,9 +5,11 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "cuda/common.cuh"
+#include "cuda/env_choice.hpp"
 #include "replayssm/dtype.hpp"
 #include "replayssm/error.hpp"
 
@@ -52,6 +54,17 @@ inline PSplit choose_psplit(int rows, int heads, int headdim, int min_ctas_per_s
     s.tiles_per_cta = (s.tiles_per_cta + 1) / 2;
   // A CTA holds at most 8 warps.
   while (s.tiles_per_cta > 8) s.tiles_per_cta = (s.tiles_per_cta + 1) / 2;
+  s.chunks = (ntiles + s.tiles_per_cta - 1) / s.tiles_per_cta;
+  return s;
+}
+
+// REPLAYSSM_M2_TILES=1|2|4|8 forces the 16-row tiles (warps) per CTA of the Mamba-2 replay and verify kernels, for
+// an A/B of the CTA shape; unset: choose_psplit's rule.
+inline PSplit forced_psplit(PSplit s, int headdim) {
+  const int f = env_choice("REPLAYSSM_M2_TILES", {"1", "2", "4", "8"});
+  if (f < 0) return s;
+  const int ntiles = (headdim + 15) / 16;
+  s.tiles_per_cta = std::min(1 << f, ntiles);
   s.chunks = (ntiles + s.tiles_per_cta - 1) / s.tiles_per_cta;
   return s;
 }

@@ -386,7 +386,7 @@ bool aligned16(const void* ptr, int64_t elems, size_t esize) {
 template <class ST, class AT, int N, int KT>
 void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
   using SM = ReplaySmem<AT, N, KT>;
-  const PSplit sp = choose_psplit(p.step.rows, p.step.heads, p.step.headdim);
+  const PSplit sp = forced_psplit(choose_psplit(p.step.rows, p.step.heads, p.step.headdim), p.step.headdim);
   const dim3 grid(unsigned(p.step.heads * sp.chunks), unsigned(p.step.rows));
   const dim3 block(unsigned(32 * sp.tiles_per_cta));
   const size_t smem = SM::total(16 * sp.tiles_per_cta);

@@ -378,7 +378,7 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const i
 
 template <class ST, class AT, int N>
 void launch(const Mamba2VerifyParams& p, cudaStream_t st) {
-  const PSplit sp = choose_psplit(p.step.rows, p.step.heads, p.step.headdim);
+  const PSplit sp = forced_psplit(choose_psplit(p.step.rows, p.step.heads, p.step.headdim), p.step.headdim);
   const dim3 grid(unsigned(p.step.heads * sp.chunks), unsigned(p.step.rows));
   const dim3 block(unsigned(32 * sp.tiles_per_cta));
   const size_t smem = smem_bytes<AT>(N, p.history + p.window, sp.tiles_per_cta * 16);
