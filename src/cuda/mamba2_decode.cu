@@ -265,7 +265,7 @@ inline StreamPlan plan_stream(size_t blk) {
 int classic_tile(DType state) {
   const int c = env_choice("REPLAYSSM_M2_CLASSIC_TILE", {"deep", "wide", "narrow"});
   if (c >= 0) return c;
-  if (std::getenv("REPLAYSSM_CLASSIC_STREAMED") != nullptr) return 0;  // the opt-in streamed schedule
+  if (env_choice("REPLAYSSM_CLASSIC_STREAMED", {"0", "1"}) == 1) return 0;  // the opt-in streamed schedule
   return dtype_size(state) == 4 ? 2 : 1;
 }
 
@@ -284,7 +284,7 @@ void mamba2_decode(const Mamba2StepParams& p, Stream stream) {
   // The streamed schedule is opt-in (REPLAYSSM_CLASSIC_STREAMED=1): measured on the H200 (docs/results.md,
   // run I) it ties the tiled one with fp32 state at batch >= 64 (+0-3 %), loses at batch 8-32 and with
   // 16-bit state (68 % vs 79 % of copy), so the tiled schedule stays the default.
-  const bool streamed = std::getenv("REPLAYSSM_CLASSIC_STREAMED") != nullptr;
+  const bool streamed = env_choice("REPLAYSSM_CLASSIC_STREAMED", {"0", "1"}) == 1;
   const int items = p.rows * p.heads;
   const StreamPlan plan = plan_stream(size_t(p.headdim) * p.dstate * dtype_size(p.state_dtype));
   if (streamed && plan.stages > 0 && p.headdim <= 128 && p.headdim >= p.dstate / 4 && items >= 2 * sm_count()) {
