@@ -279,8 +279,9 @@ __device__ __forceinline__ void replay_quad_row(const GdnReplayParams P, const i
   }
 }
 
-// 16-bit state: the flush's fp32 row (32 values) plus the packed rows still to do need ~165
-// registers; capped at 128 it spills ~100 B, so those kernels run 3 CTAs (96 KB of loads) per SM.
+// 16-bit state: the flush's two fp32 rows (64 values: one m16 tile of the tensor-core fold) plus the packed
+// rows still to do take 167-168 registers (ptxas, ninth session), so those kernels run 3 CTAs (96 KB of
+// loads) per SM.
 template <class ST, int K>
 __global__ void __launch_bounds__(128, sizeof(ST) == 4 ? 4 : 3) gdn_replay_kernel(const GdnReplayParams P, const int slices) {
   replay_quad_row<ST, K, false>(P, slices, 0);  // the row is blockIdx.y

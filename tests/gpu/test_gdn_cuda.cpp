@@ -390,7 +390,7 @@ TEST(CudaGdnReplay, AppendPaths) {
 }
 
 // Items per CTA of the split append kernel (REPLAYSSM_GDN_APPEND_IPC; small test batches would pick 1):
-// 1-8 items, so a CTA's items span one or several v-heads (vpk 2 and 4) and slices, 1 and 4 warps, fp32 /
+// 1-8 items, so a CTA's items span one or several v-heads (vpk 2 and 4) and slices, 1, 2 and 4 warps, fp32 /
 // bf16 state, K 64 / 128, f32 / bf16 rings, staggered cursors (append and flush rows in one launch), a
 // padding row; >= 2L steps (every fill level, flushes).
 TEST(CudaGdnReplay, AppendItemsPerCta) {
