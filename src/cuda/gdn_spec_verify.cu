@@ -61,11 +61,11 @@ using namespace gdn;
 constexpr int kT = kTMax;  // window positions (8)
 constexpr int kAR = 40;    // prologue A rows: w + 2n <= R + n <= 40
 constexpr int kRW = 8;     // state rows per warp (the mma's n)
-constexpr int kMaxWarps = 4, kMaxRows = kMaxWarps * kRW;
+constexpr int kMaxWarps = 8, kMaxRows = kMaxWarps * kRW;
 constexpr int kStages = 2;     // checkpoint / history stages per warp: item i + 1 in flight while item i is computed
-constexpr int kMinCtas = 3;    // ~65 KB of shared memory each at fp32 state, K = 128, history 16
-constexpr int kMaxIpc = 8, kDefaultIpc = 4;
-constexpr int kMaxVh = kMaxIpc;  // v-heads one CTA touches (<= its items)
+constexpr int kMinCtas = 2;    // ~100 KB of shared memory each at 8 warps, fp32 state, K = 128, history 16
+constexpr int kDefaultIpc = 16;  // items per CTA: at most this (and REPLAYSSM_GDN_VERIFY_IPC up to 16)
+constexpr int kMaxVh = 8;  // v-heads one CTA touches (<= its items; verify_ipc keeps it so)
 
 __device__ __forceinline__ void stage16(void* dst, const void* src) {
   if ((reinterpret_cast<uintptr_t>(src) & 15u) == 0) {
@@ -515,18 +515,21 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
 // kMinCtas CTAs per SM (gdn_common.cuh's cta_warps; REPLAYSSM_GDN_CUDA_WARPS=1|2|4 forces a shape).
 int verify_warps(int rows, int v_heads, int V) { return cta_warps(rows, v_heads, V, kRW, kMaxWarps, kMinCtas, /*divides=*/true); }
 
-// Items (v-head slices of one k-head) per CTA: the most (<= kDefaultIpc, dividing the k-head's nI items)
-// that still gives at least half a wave of CTAs (the append kernel's rule, gdn_replay_append.cu);
-// REPLAYSSM_GDN_VERIFY_IPC (1, 2, 4, 8) forces an upper bound (the GPU tests cover every value with it).
-int verify_ipc(int rows, int k_heads, int nI) {
-  const int f = env_choice("REPLAYSSM_GDN_VERIFY_IPC", {"1", "2", "4", "8"});
+// Items (v-head slices of one k-head) per CTA: the most (<= kDefaultIpc, dividing the k-head's nI items, the
+// CTA's v-heads <= kMaxVh) that still gives at least half a wave of CTAs (the append kernel's rule,
+// gdn_replay_append.cu); REPLAYSSM_GDN_VERIFY_IPC (1, 2, 4, 8, 16) forces an upper bound (the GPU tests cover
+// every value with it).
+int verify_ipc(int rows, int k_heads, int nI, int slices) {
+  const int f = env_choice("REPLAYSSM_GDN_VERIFY_IPC", {"1", "2", "4", "8", "16"});
   int ipc = kDefaultIpc;
   if (f >= 0) {
     ipc = 1 << f;
   } else {
     while (ipc > 1 && 2LL * rows * k_heads * (nI / ipc) < (long long)sm_count() * kMinCtas) ipc >>= 1;
   }
-  while (nI % ipc != 0) ipc >>= 1;
+  // v-heads a CTA of ipc items can touch: ceil(ipc / slices), one more where a CTA may start mid-head
+  const auto heads = [&](int i) { return (i + slices - 1) / slices + (i % slices != 0 ? 1 : 0); };
+  while (ipc > 1 && (nI % ipc != 0 || heads(ipc) > kMaxVh)) ipc >>= 1;
   return ipc;
 }
 
@@ -544,7 +547,7 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
   if (V % kRW != 0) throw Error("geo", "the CUDA verify needs head_v_dim a multiple of 8, got " + std::to_string(V));
   const int warps = verify_warps(p.step.rows, p.step.v_heads, V);
   const int rpc = warps * kRW, slices = V / rpc, vpk = p.step.v_heads / p.step.k_heads;
-  const int ipc = verify_ipc(p.step.rows, p.step.k_heads, vpk * slices);
+  const int ipc = verify_ipc(p.step.rows, p.step.k_heads, vpk * slices, slices);
   with_head_k(p.step.head_k_dim, [&](auto kk) {
     constexpr int K = decltype(kk)::value;
     with_float_type(p.step.state_dtype, "cache.checkpoint", [&](auto s) {

@@ -661,14 +661,14 @@ TEST(CudaGdnSpec, ProductionGeometry) {
   }
 }
 
-// Every CTA shape of the verify kernel (1 / 2 / 4 warps, K = 128 and 64): the small batches
+// Every CTA shape of the verify kernel (1 / 2 / 4 / 8 warps, K = 128 and 64): the small batches
 // above only ever get 1-warp CTAs.
 TEST(CudaGdnSpec, CtaShapes) {
   NEED_GPU();
   const SpecCase cases[] = {{DType::f32, DType::f32, DType::f32, 16, 4, 60, 4e-5, 4e-5},
                             {DType::bf16, DType::bf16, DType::bf16, 12, 6, 60, 8e-2, 5e-2},
                             {DType::f32, DType::bf16, DType::f32, 26, 6, 60, 5e-2, 4e-5}};
-  for (int warps : {1, 2, 4})
+  for (int warps : {1, 2, 4, 8})
     for (const GdnGeometry& geo : {GdnGeometry{1, 2, 128, 128}, GdnGeometry{1, 2, 64, 128}})
       for (const auto& sc : cases) {
         ForceWarps fw(warps);
@@ -684,15 +684,15 @@ TEST(CudaGdnSpec, CtaShapes) {
       }
 }
 
-// Items per CTA of the verify (1, 2, 4, 8 v-head slices of one k-head, spanning up to 4 v-heads), with
-// 1 / 4 warps, vpk 2 and 4, fp32 and bf16 state: every item's checkpoint, history and outputs in its own
+// Items per CTA of the verify (1, 2, 4, 8, 16 v-head slices of one k-head, spanning up to 4 v-heads), with
+// 1 / 8 warps, vpk 2 and 4, fp32 and bf16 state: every item's checkpoint, history and outputs in its own
 // stage, the window coefficients per v-head, the g / k ring appends by the right CTA.
 TEST(CudaGdnSpec, ItemsPerCta) {
   NEED_GPU();
-  const SpecCase cases[] = {{DType::f32, DType::bf16, DType::f32, 16, 4, 40, 5e-2, 4e-5},
-                            {DType::bf16, DType::bf16, DType::bf16, 12, 6, 40, 8e-2, 5e-2}};
-  for (int ipc : {1, 2, 4, 8})
-    for (int warps : {1, 4})
+  const SpecCase cases[] = {{DType::f32, DType::bf16, DType::f32, 16, 4, 30, 5e-2, 4e-5},
+                            {DType::bf16, DType::bf16, DType::bf16, 12, 6, 30, 8e-2, 5e-2}};
+  for (int ipc : {1, 2, 4, 8, 16})
+    for (int warps : {1, 8})
       for (const GdnGeometry& geo : {GdnGeometry{2, 4, 128, 128}, GdnGeometry{1, 4, 64, 64}})
         for (const auto& sc : cases) {
           ForceWarps fw(warps);
