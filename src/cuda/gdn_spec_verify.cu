@@ -67,15 +67,18 @@ constexpr int kMinCtas = 2;    // ~100 KB of shared memory each at 8 warps, fp32
 constexpr int kDefaultIpc = 16;  // items per CTA: at most this (and REPLAYSSM_GDN_VERIFY_IPC up to 16)
 constexpr int kMaxVh = 8;  // v-heads one CTA touches (<= its items; verify_ipc keeps it so)
 
-__device__ __forceinline__ void stage16(void* dst, const void* src) {
-  if ((reinterpret_cast<uintptr_t>(src) & 15u) == 0) {
-    cp_async16(dst, src);
-    return;
-  }
+// 16 bytes global -> shared: cp.async where the source is 16-byte aligned, else 2-byte copies. The fallback is
+// a call, not inlined: inlined, ptxas predicated it into every copy loop and its 8 loads, 4 packs and 2 stores
+// issued (predicated off) for every aligned chunk too (ncu, tenth session: ~2 % of the verify's instructions).
+__device__ __noinline__ void stage16_unaligned(void* dst, const void* src) {
   const uint16_t* s = static_cast<const uint16_t*>(src);
   uint16_t* d = static_cast<uint16_t*>(dst);
 #pragma unroll
   for (int e = 0; e < 8; ++e) d[e] = s[e];
+}
+__device__ __forceinline__ void stage16(void* dst, const void* src) {
+  if ((reinterpret_cast<uintptr_t>(src) & 15u) == 0) cp_async16(dst, src);
+  else stage16_unaligned(dst, src);
 }
 
 // N consecutive T from shared memory as fp32 (p aligned to N * sizeof(T), at most 16 bytes per access).
@@ -413,41 +416,59 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
     // ---- the state tile: D = [q; k] S_h^T over this warp's 8 rows ----
     // The flush folds half the row's chunks per pass (each element's FMA order over c unchanged), writes the
     // new checkpoint and puts it, rounded to ST as stored, back into the lane's own shared chunks.
-    if (flush) {
+    if (flush && w > 0) {
+      // S_new = tot S0 + sum_c om_c d_c k_c^T for the warp's 8 rows on tensor cores (m16n8k8 TF32, as the
+      // replay flush, gdn_replay_decode.cu): M rows g = the lane's row l (rows g + 8 zero), N = 8 columns in
+      // the TileMap order (the accumulator fragment is the lane's own chunk values), K = 8 history tokens;
+      // A = om_c d_c[row] (fp32, split hi + lo), B = k_c (exact for a 16-bit k ring, split for fp32). The
+      // FFMA fold it replaced was ~18 % of the verify's instructions (ncu, tenth session).
       ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + (int64_t(hv) * V + sl * rpc + l) * K;
-      auto fold = [&](auto tag) {
+      // Half the row's chunks per pass (the A fragments are rebuilt per pass): 16 accumulators instead of 32
+      // (all NCH at once spilled 40-188 B at the 128-register bound).
+      constexpr int MH = NCH >= 2 ? NCH / 2 : NCH;
+      auto fold = [&](auto tag, auto kparts) {
         using KT = decltype(tag);
-        constexpr int MG = NCH >= 4 ? NCH / 2 : NCH;
+        constexpr int KPN = decltype(kparts)::value, TG = VEC / 2, NT = MH * TG;
 #pragma unroll 1
-        for (int m0 = 0; m0 < NCH; m0 += MG) {
-          float f[MG][VEC];
+        for (int m0 = 0; m0 < NCH; m0 += MH) {
+          float acc[MH][VEC];
 #pragma unroll
-          for (int mm = 0; mm < MG; ++mm) {
-            VT::unpack(*reinterpret_cast<const uint4*>(s_st + (m0 + mm) * CW), f[mm]);
+          for (int m = 0; m < MH; ++m) {
+            VT::unpack(*reinterpret_cast<const uint4*>(s_st + (m0 + m) * CW), acc[m]);
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) f[mm][e] *= tot;
+            for (int e = 0; e < VEC; ++e) acc[m][e] *= tot;
           }
-          const KT* kc = reinterpret_cast<const KT*>(s_kr) + colt + m0 * CW;
-          for (int c = 0; c < w; ++c) {
-            const float cf = om[c] * dval(c, l);
+          for (int kk = 0; kk < (w + 7) >> 3; ++kk) {
+            const int j0 = kk * 8 + t, j1 = j0 + 4;
+            const bool q0 = j0 < w, q1 = j1 < w;
+            uint32_t ah[4], al[4];
+            spec::split_tf32<2>(q0 ? om[j0] * dval(j0, l) : 0.f, ah[0], al[0]);
+            spec::split_tf32<2>(q1 ? om[j1] * dval(j1, l) : 0.f, ah[2], al[2]);
+            ah[1] = al[1] = ah[3] = al[3] = 0u;
+            // row 0 (w >= 1) stands in past w (its A is 0)
+            const KT* K0 = reinterpret_cast<const KT*>(s_kr) + (q0 ? j0 : 0) * KP + m0 * CW;
+            const KT* K1 = reinterpret_cast<const KT*>(s_kr) + (q1 ? j1 : 0) * KP + m0 * CW;
 #pragma unroll
-            for (int mm = 0; mm < MG; ++mm) {
-              float kv[VEC];
-              lds_f<KT, VEC>(kc + c * KP + mm * CW, kv);
-#pragma unroll
-              for (int e = 0; e < VEC; ++e) f[mm][e] = fmaf(cf, kv[e], f[mm][e]);
+            for (int jn = 0; jn < NT; ++jn) {
+              const int nj = TileMap<VEC>::n_of(jn, g), m = jn / TG, e = (jn % TG) * 2;
+              uint32_t bh0, bl0, bh1, bl1;
+              spec::split_tf32<KPN>(Traits<KT>::to_f(K0[nj]), bh0, bl0);
+              spec::split_tf32<KPN>(Traits<KT>::to_f(K1[nj]), bh1, bl1);
+              float d[4] = {acc[m][e], acc[m][e + 1], 0.f, 0.f};
+              spec::mma_passes<2, KPN>(d, ah, al, bh0, bh1, bl0, bl1);
+              acc[m][e] = d[0];
+              acc[m][e + 1] = d[1];
             }
           }
-          if (w > 0) {
 #pragma unroll
-            for (int mm = 0; mm < MG; ++mm) {
-              VT::store(S + (m0 + mm) * CW + colt, f[mm]);
-              VT::store(s_st + (m0 + mm) * CW, f[mm]);
-            }
+          for (int m = 0; m < MH; ++m) {
+            VT::store(S + (m0 + m) * CW + colt, acc[m]);
+            VT::store(s_st + (m0 + m) * CW, acc[m]);  // rounded to ST as stored: the state tile reads it
           }
         }
       };
-      if (kf32) fold(float{}); else fold(AT{});
+      if (kf32) fold(float{}, std::integral_constant<int, 2>{});
+      else fold(AT{}, std::integral_constant<int, 1>{});
     }
     float dx0, dx1, dy0, dy1;
     {
@@ -462,16 +483,31 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
       dx0 = d[0] + d2[0]; dx1 = d[1] + d2[1]; dy0 = d[2] + d2[2]; dy1 = d[3] + d2[3];
     }
     // ---- ring term on this lane's 4 D values (s = g, item rows lr0, lr0 + 1), then the transpose ----
+    // D += A B on tensor cores (m16n8k8 TF32, the D fragment is exactly dx0, dx1, dy0, dy1): A[s][c] = om_c
+    // Pq[c][s] (rows s < 8) and om_c Pk[c][s - 8], B[c][row] = d_c[row], K = 8 history tokens per MMA, both
+    // split hi + lo (a 16-bit d ring is exact). Tokens c >= w are zeros in A and B (unstaged d may be NaN).
     if (!flush) {
       dx0 *= tot; dx1 *= tot; dy0 *= tot; dy1 *= tot;
-      for (int c = 0; c < w; ++c) {
-        const float pq = Pq(c, g) * om[c], pk = Pk(c, g) * om[c];  // junk for g >= n (unused)
-        const float d0 = dval(c, lr0), d1 = dval(c, lr0 + 1);
-        dx0 = fmaf(pq, d0, dx0);
-        dx1 = fmaf(pq, d1, dx1);
-        dy0 = fmaf(pk, d0, dy0);
-        dy1 = fmaf(pk, d1, dy1);
+      float d[4] = {dx0, dx1, dy0, dy1};
+      for (int kk = 0; kk < (w + 7) >> 3; ++kk) {
+        const int c0 = kk * 8 + t, c1 = c0 + 4;
+        const bool q0 = c0 < w, q1 = c1 < w;
+        uint32_t ah[4], al[4], bh0, bl0, bh1, bl1;
+        spec::split_tf32<2>(q0 ? Pq(c0, g) * om[c0] : 0.f, ah[0], al[0]);  // junk rows g >= n: their D is unused
+        spec::split_tf32<2>(q0 ? Pk(c0, g) * om[c0] : 0.f, ah[1], al[1]);
+        spec::split_tf32<2>(q1 ? Pq(c1, g) * om[c1] : 0.f, ah[2], al[2]);
+        spec::split_tf32<2>(q1 ? Pk(c1, g) * om[c1] : 0.f, ah[3], al[3]);
+        if (dsz == 4) {
+          spec::split_tf32<2>(q0 ? dval(c0, l) : 0.f, bh0, bl0);
+          spec::split_tf32<2>(q1 ? dval(c1, l) : 0.f, bh1, bl1);
+          spec::mma_passes<2, 2>(d, ah, al, bh0, bh1, bl0, bl1);
+        } else {
+          spec::split_tf32<1>(q0 ? dval(c0, l) : 0.f, bh0, bl0);
+          spec::split_tf32<1>(q1 ? dval(c1, l) : 0.f, bh1, bl1);
+          spec::mma_passes<2, 1>(d, ah, al, bh0, bh1, bl0, bl1);
+        }
       }
+      dx0 = d[0]; dx1 = d[1]; dy0 = d[2]; dy1 = d[3];
     }
     s_hx[lr0][g] = dx0;
     s_hx[lr0 + 1][g] = dx1;
@@ -515,15 +551,20 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
 // kMinCtas CTAs per SM (gdn_common.cuh's cta_warps; REPLAYSSM_GDN_CUDA_WARPS=1|2|4 forces a shape).
 int verify_warps(int rows, int v_heads, int V) { return cta_warps(rows, v_heads, V, kRW, kMaxWarps, kMinCtas, /*divides=*/true); }
 
-// Items (v-head slices of one k-head) per CTA: the most (<= kDefaultIpc, dividing the k-head's nI items, the
-// CTA's v-heads <= kMaxVh) that still gives at least half a wave of CTAs (the append kernel's rule,
-// gdn_replay_append.cu); REPLAYSSM_GDN_VERIFY_IPC (1, 2, 4, 8, 16) forces an upper bound (the GPU tests cover
-// every value with it).
-int verify_ipc(int rows, int k_heads, int nI, int slices) {
+// Items (v-head slices of one k-head) per CTA. One item each when the grid of one-item CTAs is resident at once
+// (`resident` CTAs per SM: batch 1-2): there is nothing to amortise and a second item would lengthen every
+// CTA's critical path (measured, tenth session: Qwen3.5-4B b1 12.7 us with 1 item, 14.7 with 2). Otherwise the
+// most (<= kDefaultIpc, dividing the k-head's nI items, the CTA's v-heads <= kMaxVh) that still gives at least
+// half a wave of CTAs (the append kernel's rule, gdn_replay_append.cu); REPLAYSSM_GDN_VERIFY_IPC (1, 2, 4, 8,
+// 16) forces an upper bound (the GPU tests cover every value with it).
+int verify_ipc(int rows, int k_heads, int nI, int slices, int resident) {
   const int f = env_choice("REPLAYSSM_GDN_VERIFY_IPC", {"1", "2", "4", "8", "16"});
+  const long long one_item_ctas = (long long)rows * k_heads * nI;
   int ipc = kDefaultIpc;
   if (f >= 0) {
     ipc = 1 << f;
+  } else if (one_item_ctas <= (long long)sm_count() * resident) {
+    ipc = 1;
   } else {
     while (ipc > 1 && 2LL * rows * k_heads * (nI / ipc) < (long long)sm_count() * kMinCtas) ipc >>= 1;
   }
@@ -547,7 +588,6 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
   if (V % kRW != 0) throw Error("geo", "the CUDA verify needs head_v_dim a multiple of 8, got " + std::to_string(V));
   const int warps = verify_warps(p.step.rows, p.step.v_heads, V);
   const int rpc = warps * kRW, slices = V / rpc, vpk = p.step.v_heads / p.step.k_heads;
-  const int ipc = verify_ipc(p.step.rows, p.step.k_heads, vpk * slices, slices);
   with_head_k(p.step.head_k_dim, [&](auto kk) {
     constexpr int K = decltype(kk)::value;
     with_float_type(p.step.state_dtype, "cache.checkpoint", [&](auto s) {
@@ -558,6 +598,9 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
                                         int(esize(p.ring.d_dtype))).total;
         auto kernel = gdn_verify_kernel<ST, AT, K>;
         allow_dynamic_smem(kernel, smem, "gdn_spec_verify");
+        int resident = 0;
+        check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, 32 * warps, smem), "gdn_spec_verify");
+        const int ipc = verify_ipc(p.step.rows, p.step.k_heads, vpk * slices, slices, resident);
         kernel<<<dim3(unsigned(p.step.k_heads * (vpk * slices / ipc)), unsigned(p.step.rows)), dim3(unsigned(32 * warps)),
                  smem, st>>>(p, slices, ipc);
       });
