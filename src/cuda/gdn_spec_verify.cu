@@ -25,25 +25,32 @@
 // Issue per warp (8 rows, fp32 state, bf16 act, K = 128): 8 chunks x (2 LDS.64 + 8 cvt + 8 split
 // + 4 mma) ~ 180 issue slots for 8 rows, vs ~600 per warp-row-pass on CUDA cores; the tensor work (16 x 8 x K
 // MAC x 2-3 passes per 4 KB of checkpoint) is a few % of the SM's TF32 rate at the byte bound.
-// The prologue P = A [q; k]^T (A = history k rows c < w (non-flush only), window k, window q:
-// <= 40 rows) is the same tile with A rows as the B operand from shared memory: <= 5 tiles, one
-// per warp. History P rows are stored pre-multiplied by om_c. Ring term (non-flush): each lane adds
-// sum_c om_c P[c][g] d_c[row] to its 4 D values (w x 4 FMA, no reduction). D goes through a
-// per-warp shared transpose; the forward substitution runs per row with the 4 lanes of a row
-// redundant (stores spread over them, a % 4 == t).
-// Loads, in three dependent waves, each issued at once before anything waits: (1) slot_idx,
-// query_start_loc, A_log, dt_bias; (2) the checkpoint rows (bulk copies on per-warp mbarriers), the
-// cursor, the window's q, k rows and this CTA's v columns (cp.async), a, b; (3) the history (k ring rows,
-// this CTA's d-ring slice: cp.async; 2-byte copies where a source is not 16-byte aligned) and the g ring,
-// scanned while the copies fly. B1 (cp.async only); prologue tiles; each warp waits for its checkpoint
-// rows, state tile (from shared memory); B2, ring term + coefficients, B3, substitution, stores.
-// Shared rows of q, k and the k history are padded to K + 16 elements (conflict-free fragment
-// loads). CTA: NW <= 8 warps x 8 rows (64 rows). Occupancy (seventh session): the checkpoint is staged in
-// shared memory instead of held in registers (32 per lane at fp32), and the flush folds NCH / 2 chunks
-// per pass, so the kernel fits 80 registers with no spill (fp32 state) and 3 CTAs of 256 threads per SM
-// (~64 KB of shared memory each at K = 128, fp32 state, history 16) instead of 2. The k / d history is
-// sized by `history` (w <= history), not R - 1. Measured: 33 -> 39 % of copy at b512; the kernel is now
-// bound by its instruction count (~50 % integer / address work) and its barriers (docs/notes-gdn-cuda.md).
+// Structure (tenth session, 2026-12-03): one CTA per (row, k-head, `ipc` items), an item being one v-head
+// slice of rpc = 8 nw state rows (as the append kernel, gdn_replay_append.cu). Why: ncu on the one-item-per-CTA
+// kernel counted ~2000 warp instructions per 4 KB of checkpoint, ~26 % of them setup, staging and the g scan
+// and ~14 % the prologue tiles, all per k-head (or v-head) work that each of a k-head's vpk x slices CTAs
+// repeated, and a third of the stall samples at its three CTA barriers.
+// * Once per CTA: slot, window, cursor; the window's q, k rows and the k history (cp.async); the gates, g scan
+//   and decay weights om_c, tot of each of the CTA's v-heads (warp u % nw: v-head u); the prologue
+//   P = A [q; k]^T (A = history k rows c < w (non-flush only), window k, window q: <= 40 rows; <= 5 tiles of
+//   the state tile's form, A rows as the B operand from shared memory; stored raw, om_c applied by the
+//   reader); the window coefficients (triangular system L, output weights O) of each v-head. Three barriers.
+// * Per item, warp by warp with no CTA barrier: the warp's 8 checkpoint rows (one bulk copy by lane 0 on the
+//   warp's mbarrier of the item's stage) and its d-history / v columns (cp.async) are double-buffered: item
+//   i + 1's copies are issued before item i is computed. The flush fold and the ring term on tensor cores
+//   (m16n8k8 TF32: the fold's A = om_c d_c[row], B = k_c, accumulating into the lane's own chunk values in the
+//   TileMap order; the ring term's A = om_c [Pq; Pk][c][s], B = d_c[row], accumulating into D); D goes
+//   through a per-warp shared transpose; the forward substitution runs per row with the 4 lanes of a row
+//   redundant (stores spread over them, a % 4 == t).
+// * Shape (verify_warps, verify_ipc): up to 8 warps (64 rows; ~100 KB of shared memory at fp32 state, K = 128,
+//   history 16: 2 CTAs per SM), up to 16 items per CTA, both halved for small grids; one item per CTA when
+//   the one-item grid is resident at once (batch 1-2).
+// Measured (H200, same-run A/B, docs/notes-gdn-cuda.md tenth session): Qwen3.5-4B b512 T = 4 876 -> 661 us
+// (40 -> 53 % of copy; 0.59x -> 0.44x the classic speculative kernel), 122B 1740 -> 1155 us (39 -> 59 %),
+// b8 24.5 -> 18.8 us, b1 13.0 -> 12.6 us; bf16 state b512 961 -> 823 us.
+// Shared rows of q, k and the k history are padded to K + 16 elements (conflict-free fragment loads).
+// ptxas (128-register bound of 2 CTAs x 256 threads): no spill except fp32 state with fp32 activations at
+// K = 128 (124 B, not a production pair).
 #include <cstdlib>
 #include <string>
 
