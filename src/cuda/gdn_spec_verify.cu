@@ -25,29 +25,37 @@
 // Issue per warp (8 rows, fp32 state, bf16 act, K = 128): 8 chunks x (2 LDS.64 + 8 cvt + 8 split
 // + 4 mma) ~ 180 issue slots for 8 rows, vs ~600 per warp-row-pass on CUDA cores; the tensor work (16 x 8 x K
 // MAC x 2-3 passes per 4 KB of checkpoint) is a few % of the SM's TF32 rate at the byte bound.
-// The prologue P = A [q; k]^T (A = history k rows c < w (non-flush only), window k, window q:
-// <= 40 rows) is the same tile with A rows as the B operand from shared memory: <= 5 tiles, one
-// per warp. History P rows are stored pre-multiplied by om_c. Ring term (non-flush): each lane adds
-// sum_c om_c P[c][g] d_c[row] to its 4 D values (w x 4 FMA, no reduction). D goes through a
-// per-warp shared transpose; the forward substitution runs per row with the 4 lanes of a row
-// redundant (stores spread over them, a % 4 == t).
-// Loads, in three dependent waves, each issued at once before anything waits: (1) slot_idx,
-// query_start_loc, A_log, dt_bias; (2) the checkpoint rows (bulk copies on per-warp mbarriers), the
-// cursor, the window's q, k rows and this CTA's v columns (cp.async), a, b; (3) the history (k ring rows,
-// this CTA's d-ring slice: cp.async; 2-byte copies where a source is not 16-byte aligned) and the g ring,
-// scanned while the copies fly. B1 (cp.async only); prologue tiles; each warp waits for its checkpoint
-// rows, state tile (from shared memory); B2, ring term + coefficients, B3, substitution, stores.
-// Shared rows of q, k and the k history are padded to K + 16 elements (conflict-free fragment
-// loads). CTA: NW <= 8 warps x 8 rows (64 rows). Occupancy (seventh session): the checkpoint is staged in
-// shared memory instead of held in registers (32 per lane at fp32), and the flush folds NCH / 2 chunks
-// per pass, so the kernel fits 80 registers with no spill (fp32 state) and 3 CTAs of 256 threads per SM
-// (~64 KB of shared memory each at K = 128, fp32 state, history 16) instead of 2. The k / d history is
-// sized by `history` (w <= history), not R - 1. Measured: 33 -> 39 % of copy at b512; the kernel is now
-// bound by its instruction count (~50 % integer / address work) and its barriers (docs/notes-gdn-cuda.md).
+// Structure (tenth session, 2026-12-03): one CTA per (row, k-head, `ipc` items), an item being one v-head
+// slice of rpc = 8 nw state rows (as the append kernel, gdn_replay_append.cu). Why: ncu on the one-item-per-CTA
+// kernel counted ~2000 warp instructions per 4 KB of checkpoint, ~26 % of them setup, staging and the g scan
+// and ~14 % the prologue tiles, all per k-head (or v-head) work that each of a k-head's vpk x slices CTAs
+// repeated, and a third of the stall samples at its three CTA barriers.
+// * Once per CTA: slot, window, cursor; the window's q, k rows and the k history (cp.async); the gates, g scan
+//   and decay weights om_c, tot of each of the CTA's v-heads (warp u % nw: v-head u); the prologue
+//   P = A [q; k]^T (A = history k rows c < w (non-flush only), window k, window q: <= 40 rows; <= 5 tiles of
+//   the state tile's form, A rows as the B operand from shared memory; stored raw, om_c applied by the
+//   reader); the window coefficients (triangular system L, output weights O) of each v-head. Three barriers.
+// * Per item, warp by warp with no CTA barrier: the warp's 8 checkpoint rows (one bulk copy by lane 0 on the
+//   warp's mbarrier of the item's stage) and its d-history / v columns (cp.async) are double-buffered: item
+//   i + 1's copies are issued before item i is computed. The flush fold and the ring term on tensor cores
+//   (m16n8k8 TF32: the fold's A = om_c d_c[row], B = k_c, accumulating into the lane's own chunk values in the
+//   TileMap order; the ring term's A = om_c [Pq; Pk][c][s], B = d_c[row], accumulating into D); D goes
+//   through a per-warp shared transpose; the forward substitution runs per row with the 4 lanes of a row
+//   redundant (stores spread over them, a % 4 == t).
+// * Shape (verify_warps, verify_ipc): up to 8 warps (64 rows; ~100 KB of shared memory at fp32 state, K = 128,
+//   history 16: 2 CTAs per SM), up to 16 items per CTA, both halved for small grids; one item per CTA when
+//   the one-item grid is resident at once (batch 1-2).
+// Measured (H200, same-run A/B, docs/notes-gdn-cuda.md tenth session): Qwen3.5-4B b512 T = 4 876 -> 661 us
+// (40 -> 53 % of copy; 0.59x -> 0.44x the classic speculative kernel), 122B 1740 -> 1155 us (39 -> 59 %),
+// b8 24.5 -> 18.8 us, b1 13.0 -> 12.6 us; bf16 state b512 961 -> 823 us.
+// Shared rows of q, k and the k history are padded to K + 16 elements (conflict-free fragment loads).
+// ptxas (128-register bound of 2 CTAs x 256 threads): no spill except fp32 state with fp32 activations at
+// K = 128 (124 B, not a production pair).
 #include <cstdlib>
 #include <string>
 
 #include "cuda/bulk_copy.cuh"
+#include "cuda/env_choice.hpp"
 #include "cuda/gdn_common.cuh"
 #include "cuda/ops.hpp"
 #include "cuda/spec_mma.cuh"
@@ -60,17 +68,24 @@ using namespace gdn;
 constexpr int kT = kTMax;  // window positions (8)
 constexpr int kAR = 40;    // prologue A rows: w + 2n <= R + n <= 40
 constexpr int kRW = 8;     // state rows per warp (the mma's n)
-constexpr int kMaxRows = 64;
+constexpr int kMaxWarps = 8, kMaxRows = kMaxWarps * kRW;
+constexpr int kStages = 2;     // checkpoint / history stages per warp: item i + 1 in flight while item i is computed
+constexpr int kMinCtas = 2;    // ~100 KB of shared memory each at 8 warps, fp32 state, K = 128, history 16
+constexpr int kDefaultIpc = 16;  // items per CTA: at most this (and REPLAYSSM_GDN_VERIFY_IPC up to 16)
+constexpr int kMaxVh = 8;  // v-heads one CTA touches (<= its items; verify_ipc keeps it so)
 
-__device__ __forceinline__ void stage16(void* dst, const void* src) {
-  if ((reinterpret_cast<uintptr_t>(src) & 15u) == 0) {
-    cp_async16(dst, src);
-    return;
-  }
+// 16 bytes global -> shared: cp.async where the source is 16-byte aligned, else 2-byte copies. The fallback is
+// a call, not inlined: inlined, ptxas predicated it into every copy loop and its 8 loads, 4 packs and 2 stores
+// issued (predicated off) for every aligned chunk too (ncu, tenth session: ~2 % of the verify's instructions).
+__device__ __noinline__ void stage16_unaligned(void* dst, const void* src) {
   const uint16_t* s = static_cast<const uint16_t*>(src);
   uint16_t* d = static_cast<uint16_t*>(dst);
 #pragma unroll
   for (int e = 0; e < 8; ++e) d[e] = s[e];
+}
+__device__ __forceinline__ void stage16(void* dst, const void* src) {
+  if ((reinterpret_cast<uintptr_t>(src) & 15u) == 0) cp_async16(dst, src);
+  else stage16_unaligned(dst, src);
 }
 
 // N consecutive T from shared memory as fp32 (p aligned to N * sizeof(T), at most 16 bytes per access).
@@ -122,76 +137,128 @@ __device__ __forceinline__ void tile_chunk(float (&d)[4], const float (&bv)[VEC]
   }
 }
 
+// Dynamic shared memory of a CTA (byte offsets; every block a multiple of 16 bytes): per stage the
+// checkpoint rows [rpc][K] (ST), the d history [HB][rpc] (d ring dtype), the window's v [kT][rpc] (AT);
+// once: the window's q, k [kT][KP] (AT) and the k history [HB][KP] (k ring dtype).
+struct VerifySmem {
+  size_t st, st_stage, dh, dh_stage, vv, vv_stage, q, k, kr, total;
+};
+__host__ __device__ __forceinline__ VerifySmem verify_smem(int rpc, int K, int ssz, int asz, int HB, int ksz, int dsz) {
+  VerifySmem m;
+  const size_t KP = size_t(K) + 16;
+  m.st = 0;
+  m.st_stage = size_t(rpc) * K * ssz;
+  m.dh = m.st + kStages * m.st_stage;
+  m.dh_stage = size_t(HB) * rpc * dsz;
+  m.vv = m.dh + kStages * m.dh_stage;
+  m.vv_stage = size_t(kT) * rpc * asz;
+  m.q = m.vv + kStages * m.vv_stage;
+  m.k = m.q + size_t(kT) * KP * asz;
+  m.kr = m.k + size_t(kT) * KP * asz;
+  m.total = m.kr + size_t(HB) * KP * ksz;
+  return m;
+}
+
+// One CTA = one (row, k-head) and `ipc` consecutive items of it; item it = (v-head iv = it / slices of the
+// k-head's vpk, slice it % slices of rpc = 8 nw state rows). Once per CTA: slot, window, cursor, the window's
+// q / k and the k history (per k-head), the prologue products P (per k-head), the gates and window
+// coefficients of the CTA's v-heads. Per item, warp by warp (no CTA barrier): the warp's 8 checkpoint rows
+// (one bulk copy on the warp's mbarrier of the item's stage), its d-history and v columns (cp.async), the
+// flush fold, the state tile, the ring term, the transpose and the substitution; item i + 1's copies are in
+// flight while item i is computed.
 template <class ST, class AT, int K>
-__global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParams P, const int slices) {
+__global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(const GdnVerifyParams P, const int slices,
+                                                                              const int ipc) {
   using VT = Vec16<ST>;
   constexpr int VEC = VT::kN, CW = 4 * VEC, NCH = K / CW, KP = K + 16;
   constexpr int BPS = spec::Parts<ST>::kN;
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;
-  // A_r . q_s, A_r . k_s (raw q, k; rows c < w x om_c); [1]: the second half of K when a tile is split
+  // A_r . q_s, A_r . k_s (raw q, k; not scaled by om); [1]: the second half of K when a tile is split
   __shared__ __align__(16) float s_Pq[2][kAR][kT], s_Pk[2][kAR][kT];
-  __shared__ __align__(8) uint64_t s_bar[8];  // per warp: its 8 checkpoint rows landed
-  __shared__ float s_hx[kMaxRows][kT + 1], s_hy[kMaxRows][kT + 1];  // S_h q_s, S_h k_s per CTA row (un-normalised)
-  __shared__ float s_L[kT][kT], s_O[kT][kT];
-  __shared__ float s_om[32], s_gam[kT], s_beta[kT], s_ea[kT], s_sq[kT], s_sk[kT], s_tot;
-  // checkpoint rows [rpc][K] (ST); q, k [kT][KP], v [kT][rpc] (AT); k ring [HB][KP], d slice [HB][rpc]
+  __shared__ __align__(8) uint64_t s_bar[kMaxWarps][kStages];  // per warp and stage: its 8 checkpoint rows landed
+  __shared__ float s_hx[kMaxRows][kT + 1], s_hy[kMaxRows][kT + 1];  // S_h q_s, S_h k_s per item row (un-normalised)
+  __shared__ float s_L[kMaxVh][kT][kT], s_O[kMaxVh][kT][kT];
+  __shared__ float s_om[kMaxVh][32], s_gam[kMaxVh][kT], s_beta[kMaxVh][kT], s_ea[kMaxVh][kT], s_tot[kMaxVh];
+  __shared__ float s_sq[kT], s_sk[kT];
   extern __shared__ __align__(16) unsigned char s_dyn[];
 
-  // slices and (almost always) v-heads per k-head are powers of two: shifts instead of integer divisions
-  const bool sl2 = (slices & (slices - 1)) == 0;
-  const int row = blockIdx.y, hv = sl2 ? int(blockIdx.x) >> (__ffs(slices) - 1) : int(blockIdx.x) / slices;
-  const int slice = int(blockIdx.x) - hv * slices;
   const int tid = threadIdx.x, nth = blockDim.x, warp = tid >> 5, lane = tid & 31, nw = nth >> 5;
   const int V = p.head_v_dim, RL = R.ring, mask = RL - 1, HB = P.history;
   const int rpc = nw * kRW;
   const int g = lane >> 2, t = lane & 3;
-  const int l = warp * kRW + g, i = slice * rpc + l;  // this lane's state row (B operand row g)
-  const int colt = t * VEC;                           // + m * CW: the lane's columns in chunk m
+  const int l = warp * kRW + g;  // this lane's item row (B operand row g of the warp's tile)
+  const int colt = t * VEC;      // + m * CW: the lane's columns in chunk m
+  const int vpk = p.v_heads / p.k_heads, groups = vpk * slices / ipc;
+  const int row = blockIdx.y, h = int(blockIdx.x) / groups, it0 = (int(blockIdx.x) - h * groups) * ipc;
+  const int iv0 = it0 / slices, nv = (it0 + ipc - 1) / slices - iv0 + 1;  // the CTA's v-heads h vpk + iv0 + u, u < nv
+  const int ssz = int(sizeof(ST)), asz = int(sizeof(AT));
+  const int ksz = int(esize(R.k_dtype)), dsz = int(esize(R.d_dtype));
+  const VerifySmem sm = verify_smem(rpc, K, ssz, asz, HB, ksz, dsz);
 
   // ---- wave 1 ----
   const int slot = p.slot_idx[int64_t(row) * p.slot_idx_stride];
   const int t0 = P.query_start_loc[row], n = P.query_start_loc[row + 1] - t0;
-  // Raw bits, converted where used: a conversion next to its load makes warp 0 wait for it before it
-  // issues its checkpoint loads (the Mamba-2 dt stall, docs/notes-mamba2-cuda.md sixth session).
-  uint64_t A_log_b = 0, dtb_b = 0;
-  if (warp == 0) {
-    A_log_b = ld_bits(p.A_log, int64_t(hv) * p.A_log_stride, p.w_dtype);
-    dtb_b = ld_bits(p.dt_bias, int64_t(hv) * p.dt_bias_stride, p.w_dtype);
-  }
   if (slot < 0 || slot >= p.slots) return;  // padding row: nothing read or written (whole CTA)
+  if (n <= 0 || n > kT) return;             // empty window: a no-op (whole CTA)
 
-  // ---- wave 2 ----
-  // The checkpoint goes to shared memory, not registers: the 32 registers per lane that held it in
-  // flight let 3 CTAs per SM in instead of 2 (docs/notes-gdn-cuda.md, seventh session). The warp's 8
-  // rows are contiguous: one bulk copy by lane 0, completing on the warp's own mbarrier; the warp waits
-  // for it only at its state tile, so the prologue tiles run while it lands (as with registers), and the
-  // CTA barrier B1 does not wait for it. (One copy per row into rows padded by 16 bytes cost 6 % of the
-  // kernel's instructions in a per-lane issue loop, ncu run 9, and the 4-bank shift did not remove the
-  // 2-way conflict of the fragment loads anyway.)
-  ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + int64_t(hv) * V * K + int64_t(i) * K;
-  ST* s_st = reinterpret_cast<ST*>(s_dyn) + l * K + colt;  // + m * CW
-  const bool win_ok = n > 0 && n <= kT;
-  if (win_ok) {
-    if (lane == 0) {  // g = t = 0: S and s_st are the warp's first row
-      mbar_init(&s_bar[warp], 1);
-      mbar_init_fence();
-      mbar_arrive_expect_tx(&s_bar[warp], unsigned(kRW * K * sizeof(ST)));
-      bulk_load(s_st, S, unsigned(kRW * K * sizeof(ST)), &s_bar[warp]);
+  // ---- wave 2: item 0's checkpoint rows (bulk copy per warp), the cursor ----
+  const ST* S_row = static_cast<const ST*>(p.state) + int64_t(slot) * p.state_slot + (int64_t(h) * vpk * V + warp * kRW) * K;
+  int iv_n = iv0, sl_n = it0 - iv0 * slices;  // the next item to issue, advanced without a division
+  auto issue_ckpt = [&](int i) {  // lane 0: item i's 8 rows of this warp into stage i % 2
+    if (lane == 0) {
+      const ST* src = S_row + (int64_t(iv_n) * V + sl_n * rpc) * K;
+      ST* dst = reinterpret_cast<ST*>(s_dyn + sm.st + (i & 1) * sm.st_stage) + warp * kRW * K;
+      mbar_arrive_expect_tx(&s_bar[warp][i & 1], unsigned(kRW * K * ssz));
+      bulk_load(dst, src, unsigned(kRW * K * ssz), &s_bar[warp][i & 1]);
     }
-    __syncwarp();  // the barrier is initialised before any lane waits on it
+  };
+  if (lane == 0) {
+    mbar_init(&s_bar[warp][0], 1);
+    mbar_init(&s_bar[warp][1], 1);
+    mbar_init_fence();
   }
+  issue_ckpt(0);
+  __syncwarp();  // the barriers are initialised before any lane waits on them
   const int w = R.cursor[int64_t(slot) * R.cursor_slot], origin = R.cursor[int64_t(slot) * R.cursor_slot + 1];
-  if (!win_ok) return;  // empty window: a no-op (whole CTA)
-  const int vpk = p.v_heads / p.k_heads;
-  const bool vpk2 = (vpk & (vpk - 1)) == 0;
-  const int h = vpk2 ? hv >> (__ffs(vpk) - 1) : hv / vpk;
-  AT* s_q = reinterpret_cast<AT*>(reinterpret_cast<ST*>(s_dyn) + rpc * K);
-  AT* s_k = s_q + kT * KP;
-  AT* s_v = s_k + kT * KP;
-  unsigned char* s_kr = reinterpret_cast<unsigned char*>(s_v + kT * rpc);  // [RL-1][KP], k ring dtype
-  const int ksz = int(esize(R.k_dtype)), dsz = int(esize(R.d_dtype));
-  unsigned char* s_d = s_kr + size_t(HB) * KP * ksz;  // [HB][rpc], d ring dtype
+  // corrupt cursor (valid: w <= history, as the host check and the CPU op require): skip the row
+  if (w < 0 || w > HB || w + n > RL || origin < 0 || origin >= RL) {
+    mbar_wait(&s_bar[warp][0], 0);  // no copy may still be landing in this CTA's shared memory after it exits
+    return;
+  }
+  const bool flush = w + 2 * P.window > P.history + P.window;
+  AT* s_q = reinterpret_cast<AT*>(s_dyn + sm.q);
+  AT* s_k = reinterpret_cast<AT*>(s_dyn + sm.k);
+  unsigned char* s_kr = s_dyn + sm.kr;  // [HB][KP], k ring dtype
+  const char* dr_h = static_cast<const char*>(R.d_ring) + (int64_t(slot) * R.dr_slot + int64_t(h) * vpk * RL * V) * dsz;
+  void* kr = mptr(R.k_ring, R.k_dtype, int64_t(slot) * R.kr_slot + int64_t(h) * RL * K);
+  const char* v_h = static_cast<const char*>(p.v) + (int64_t(t0) * p.v_tok + int64_t(h) * vpk * p.v_head) * asz;
+
+  // Item i's d history and v columns of this warp (cp.async; 2-byte copies where a source is not 16-byte
+  // aligned), then the item is consumed: (iv_n, sl_n) advance. One commit group per item and thread.
+  const int dcs = __ffs(kRW * dsz / 16) - 1, vcs = __ffs(kRW * asz / 16) - 1;  // 16-byte chunks per row: 1 or 2
+  auto issue_hist = [&](int i) {
+    const int col = sl_n * rpc + warp * kRW;
+    const char* dsrc = dr_h + (int64_t(iv_n) * RL * V + col) * dsz;
+    unsigned char* ddst = s_dyn + sm.dh + (i & 1) * sm.dh_stage + warp * kRW * dsz;
+    for (int x = lane; x < (w << dcs); x += 32) {
+      const int c = x >> dcs, q = x & ((1 << dcs) - 1);
+      stage16(ddst + c * rpc * dsz + q * 16, dsrc + int64_t((origin + c) & mask) * V * dsz + q * 16);
+    }
+    const char* vsrc = v_h + (int64_t(iv_n) * p.v_head + col) * asz;
+    unsigned char* vdst = s_dyn + sm.vv + (i & 1) * sm.vv_stage + warp * kRW * asz;
+    for (int x = lane; x < (n << vcs); x += 32) {
+      const int a = x >> vcs, q = x & ((1 << vcs) - 1);
+      stage16(vdst + a * rpc * asz + q * 16, vsrc + int64_t(a) * p.v_tok * asz + q * 16);
+    }
+    if (++sl_n == slices) {
+      sl_n = 0;
+      ++iv_n;
+    }
+  };
+
+  // ---- wave 3: the window's q, k, the k history in logical order c (physical (origin + c) & (R - 1)),
+  // item 0's history columns; the gates of the CTA's v-heads (warp u % nw: v-head u) ----
   {
     constexpr int cpr = K * int(sizeof(AT)) / 16;
     for (int x = tid; x < 2 * n * cpr; x += nth) {
@@ -200,44 +267,24 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
                               : static_cast<const char*>(cptr(p.k, p.act, (t0 + s) * p.k_tok + int64_t(h) * p.k_head));
       stage16(reinterpret_cast<char*>((r < n ? s_q : s_k) + s * KP) + c * 16, src + c * 16);
     }
-    const int vpr = rpc * int(sizeof(AT)) / 16, vs = __ffs(vpr) - 1;  // powers of two: shifts, not divisions
-    for (int x = tid; x < n * vpr; x += nth) {
-      const int a = x >> vs, c = x & (vpr - 1);
-      const char* src = static_cast<const char*>(cptr(p.v, p.act, (t0 + a) * p.v_tok + int64_t(hv) * p.v_head + slice * rpc));
-      stage16(reinterpret_cast<char*>(s_v + a * rpc) + c * 16, src + c * 16);
+    const int kpr = K * ksz / 16, cs = __ffs(kpr) - 1;
+    for (int x = tid; x < w * kpr; x += nth) {
+      const int c = x >> cs, q = x & (kpr - 1);
+      stage16(s_kr + (c * KP) * ksz + q * 16, static_cast<const char*>(kr) + int64_t((origin + c) & mask) * K * ksz + q * 16);
     }
   }
-  uint64_t av_b = 0, bv_b = 0;  // raw bits, as A_log above
-  if (warp == 0 && lane < n) {
-    av_b = ld_bits(p.a, (t0 + lane) * p.a_tok + int64_t(hv) * p.a_head, p.a_dtype);
-    bv_b = ld_bits(p.b, (t0 + lane) * p.b_tok + int64_t(hv) * p.b_head, p.b_dtype);
-  }
-  // corrupt cursor (valid: w <= history, as the host check and the CPU op require): skip the row
-  if (w < 0 || w > HB || w + n > RL || origin < 0 || origin >= RL) {
-    cp_async_wait_all();
-    mbar_wait(&s_bar[warp], 0);  // no copy may still be landing in this CTA's shared memory after it exits
-    return;
-  }
-  const bool flush = w + 2 * P.window > P.history + P.window;
-  float* gr = static_cast<float*>(R.g_ring) + int64_t(slot) * R.gr_slot + int64_t(hv) * RL;
-  void* dr = mptr(R.d_ring, R.d_dtype, int64_t(slot) * R.dr_slot + int64_t(hv) * RL * V);
-  void* kr = mptr(R.k_ring, R.k_dtype, int64_t(slot) * R.kr_slot + int64_t(h) * RL * K);
-
-  // ---- wave 3: the history in logical order c (physical (origin + c) & (R - 1)) ----
-  {
-    const int cpr = K * ksz / 16, dpr = rpc * dsz / 16, cs = __ffs(cpr) - 1, ds = __ffs(dpr) - 1;
-    for (int x = tid; x < w * cpr; x += nth) {
-      const int c = x >> cs, q = x & (cpr - 1);
-      stage16(s_kr + (c * KP) * ksz + q * 16,
-              static_cast<const char*>(kr) + int64_t((origin + c) & mask) * K * ksz + q * 16);
+  issue_hist(0);
+  cp_async_commit();
+  for (int u = warp; u < nv; u += nw) {  // g ring scan -> om_c = exp(G - G_c), tot = exp(G); window gates (serial)
+    const int hv = h * vpk + iv0 + u;
+    float* gr = static_cast<float*>(R.g_ring) + int64_t(slot) * R.gr_slot + int64_t(hv) * RL;
+    const uint64_t A_log_b = ld_bits(p.A_log, int64_t(hv) * p.A_log_stride, p.w_dtype);
+    const uint64_t dtb_b = ld_bits(p.dt_bias, int64_t(hv) * p.dt_bias_stride, p.w_dtype);
+    uint64_t av_b = 0, bv_b = 0;
+    if (lane < n) {
+      av_b = ld_bits(p.a, (t0 + lane) * p.a_tok + int64_t(hv) * p.a_head, p.a_dtype);
+      bv_b = ld_bits(p.b, (t0 + lane) * p.b_tok + int64_t(hv) * p.b_head, p.b_dtype);
     }
-    for (int x = tid; x < w * dpr; x += nth) {
-      const int c = x >> ds, q = x & (dpr - 1);
-      stage16(s_d + (c * rpc) * dsz + q * 16,
-              static_cast<const char*>(dr) + (int64_t((origin + c) & mask) * V + slice * rpc) * dsz + q * 16);
-    }
-  }
-  if (warp == 0) {  // g ring scan -> om_c = exp(G - G_c), tot = exp(G); window gates, Gam (serial order)
     const float gj = lane < w ? gr[(origin + lane) & mask] : 0.f;
     float ga = 0.f, ba = 0.f;
     if (lane < n) {
@@ -247,47 +294,39 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
     }
     const float c = warp_inclusive_sum(gj, lane);
     const float G = __shfl_sync(0xffffffffu, c, 31);
-    s_om[lane] = lane < w ? expf(G - c) : 0.f;
-    if (lane == 0) s_tot = expf(G);
+    s_om[u][lane] = lane < w ? expf(G - c) : 0.f;
+    if (lane == 0) s_tot[u] = expf(G);
     float acc = 0.f;
 #pragma unroll
     for (int j = 0; j < kT; ++j) {
-      const float u = __shfl_sync(0xffffffffu, ga, j);
-      if (j <= lane) acc += u;
+      const float x = __shfl_sync(0xffffffffu, ga, j);
+      if (j <= lane) acc += x;
     }
     if (lane < n) {
-      s_gam[lane] = acc;
-      s_beta[lane] = ba;
-      if (slice == 0) gr[(origin + w + lane) & mask] = ga;
+      s_gam[u][lane] = acc;
+      s_beta[u][lane] = ba;
+      if ((iv0 + u) * slices >= it0) gr[(origin + w + lane) & mask] = ga;  // by the CTA holding the v-head's slice 0
     }
   }
   cp_async_wait_all();
   __syncthreads();  // B1
 
-  const float tot = s_tot;
-  const bool kf32 = R.k_dtype == DType::f32, df32 = R.d_dtype == DType::f32;
+  const bool kf32 = R.k_dtype == DType::f32;
   const bool live = g < n;
   const AT* wq = s_q + g * KP + colt;  // + m * CW
   const AT* wk = s_k + g * KP + colt;
-  auto dval = [&](int c, int r) {  // d_c[CTA row r], c < w
-    return df32 ? reinterpret_cast<const float*>(s_d)[c * rpc + r]
-                : Traits<AT>::to_f(reinterpret_cast<const AT*>(s_d)[c * rpc + r]);
-  };
 
-  // ---- prologue tiles: A rows ar = base + 8 tile + g (warp-uniform trip count) ----
-  // With at most nw / 2 tiles, two warps share a tile (K halves, summed by the readers of s_Pq / s_Pk):
-  // the warps that have a tile reach B2 after ~1.5 tiles' work instead of 2 (ncu: a third of the
-  // stall cycles were at the CTA barriers).
+  // ---- prologue tiles (per k-head): A rows ar = base + 8 tile + g (warp-uniform trip count) ----
+  // With at most nw / 2 tiles, two warps share a tile (K halves, summed by the readers of s_Pq / s_Pk).
   const int base = flush ? w : 0, nT = (w + 2 * n - base + kRW - 1) / kRW;
   const bool psplit = 2 * nT <= nw;
-  {
-    for (int u = warp; u < (psplit ? 2 * nT : nT); u += nw) {
-      const int tile = psplit ? u >> 1 : u, h0 = psplit ? (u & 1) : 0, h1 = psplit ? h0 + 1 : 2;
-      const int ar = base + tile * kRW + g;
-      float d[4] = {0.f, 0.f, 0.f, 0.f}, d2[4] = {0.f, 0.f, 0.f, 0.f};  // K halves: two mma chains
-      auto run = [&](auto bp) {
-        constexpr int BP = decltype(bp)::value;
-        auto half = [&](const int hh, float (&acc)[4]) {  // chunks of K half hh into acc
+  for (int u = warp; u < (psplit ? 2 * nT : nT); u += nw) {
+    const int tile = psplit ? u >> 1 : u, h0 = psplit ? (u & 1) : 0, h1 = psplit ? h0 + 1 : 2;
+    const int ar = base + tile * kRW + g;
+    float d[4] = {0.f, 0.f, 0.f, 0.f}, d2[4] = {0.f, 0.f, 0.f, 0.f};  // K halves: two mma chains
+    auto run = [&](auto bp) {
+      constexpr int BP = decltype(bp)::value;
+      auto half = [&](const int hh, float (&acc)[4]) {  // chunks of K half hh into acc
 #pragma unroll
         for (int mm = 0; mm < NCH / 2; ++mm) {
           const int m = hh * (NCH / 2) + mm;
@@ -304,161 +343,242 @@ __global__ void __launch_bounds__(256, 3) gdn_verify_kernel(const GdnVerifyParam
           }
           tile_chunk<AT, VEC, BP>(acc, bvv, wq + m * CW, wk + m * CW, live);
         }
-        };
-        if (h0 == 0) half(0, d);
-        if (h1 == 2) half(1, d2);
       };
-      if (kf32 || sizeof(AT) == 4) run(std::integral_constant<int, 2>{});
-      else run(std::integral_constant<int, 1>{});
+      if (h0 == 0) half(0, d);
+      if (h1 == 2) half(1, d2);
+    };
+    if (kf32 || sizeof(AT) == 4) run(std::integral_constant<int, 2>{});
+    else run(std::integral_constant<int, 1>{});
 #pragma unroll
-      for (int x = 0; x < 4; ++x) d[x] += d2[x];
-      if (live) {
-        const int r0 = base + tile * kRW + 2 * t, r1 = r0 + 1, ph = psplit ? h0 : 0;
-        if (r0 < w + 2 * n) {
-          const float f = r0 < w ? s_om[r0] : 1.f;
-          s_Pq[ph][r0][g] = d[0] * f;
-          s_Pk[ph][r0][g] = d[2] * f;
-        }
-        if (r1 < w + 2 * n) {
-          const float f = r1 < w ? s_om[r1] : 1.f;
-          s_Pq[ph][r1][g] = d[1] * f;
-          s_Pk[ph][r1][g] = d[3] * f;
-        }
+    for (int x = 0; x < 4; ++x) d[x] += d2[x];
+    if (live) {
+      const int r0 = base + tile * kRW + 2 * t, r1 = r0 + 1, ph = psplit ? h0 : 0;
+      if (r0 < w + 2 * n) {
+        s_Pq[ph][r0][g] = d[0];
+        s_Pk[ph][r0][g] = d[2];
+      }
+      if (r1 < w + 2 * n) {
+        s_Pq[ph][r1][g] = d[1];
+        s_Pk[ph][r1][g] = d[3];
       }
     }
   }
-
-  // ---- the state tile: D = [q; k] S_h^T over this warp's 8 rows ----
-  // Not the whole row in registers (it spilled at 80 registers): the flush folds half the row's chunks
-  // per pass (each element's FMA order over c unchanged), writes the new checkpoint and puts it, rounded
-  // to ST as stored, back into the lane's own shared chunks, which the tile then reads.
-  float dx0, dx1, dy0, dy1;
-  mbar_wait(&s_bar[warp], 0);  // this warp's checkpoint rows
-  {
-    if (flush) {
-      auto fold = [&](auto tag) {
-        using KT = decltype(tag);
-        // MG chunks at a time, c outer: MG independent FMA chains per history token (the fold of a
-        // flush row is on the CTA's critical path at small batch); each element's order over c unchanged.
-        constexpr int MG = NCH >= 4 ? NCH / 2 : NCH;
-#pragma unroll 1
-        for (int m0 = 0; m0 < NCH; m0 += MG) {
-          float f[MG][VEC];
-#pragma unroll
-          for (int mm = 0; mm < MG; ++mm) {
-            VT::unpack(*reinterpret_cast<const uint4*>(s_st + (m0 + mm) * CW), f[mm]);
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) f[mm][e] *= tot;
-          }
-          const KT* kc = reinterpret_cast<const KT*>(s_kr) + colt + m0 * CW;
-          for (int c = 0; c < w; ++c) {
-            const float cf = s_om[c] * dval(c, l);
-#pragma unroll
-            for (int mm = 0; mm < MG; ++mm) {
-              float kv[VEC];
-              lds_f<KT, VEC>(kc + c * KP + mm * CW, kv);
-#pragma unroll
-              for (int e = 0; e < VEC; ++e) f[mm][e] = fmaf(cf, kv[e], f[mm][e]);
-            }
-          }
-          if (w > 0) {
-#pragma unroll
-            for (int mm = 0; mm < MG; ++mm) {
-              VT::store(S + (m0 + mm) * CW + colt, f[mm]);
-              VT::store(s_st + (m0 + mm) * CW, f[mm]);
-            }
-          }
-        }
-      };
-      if (kf32) fold(float{}); else fold(AT{});
-    }
-    // Even and odd chunks accumulate separately: two dependent mma chains of NCH / 2 chunks instead of one
-    // of NCH (the tile sits on the CTA's critical path to B2).
-    float d[4] = {0.f, 0.f, 0.f, 0.f}, d2[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int m = 0; m < NCH; ++m) {
-      float bvv[VEC];
-      VT::unpack(*reinterpret_cast<const uint4*>(s_st + m * CW), bvv);
-      tile_chunk<AT, VEC, BPS>((m & 1) ? d2 : d, bvv, wq + m * CW, wk + m * CW, live);
-    }
-    dx0 = d[0] + d2[0]; dx1 = d[1] + d2[1]; dy0 = d[2] + d2[2]; dy1 = d[3] + d2[3];
-  }
   __syncthreads();  // B2
 
-  // prologue products: the two K halves of a split tile summed (only at the window rows the warps stored)
+  // prologue products: the two K halves of a split tile summed (only at the rows the warps stored)
   auto Pq = [&](int r, int s) { return psplit ? s_Pq[0][r][s] + s_Pq[1][r][s] : s_Pq[0][r][s]; };
   auto Pk = [&](int r, int s) { return psplit ? s_Pk[0][r][s] + s_Pk[1][r][s] : s_Pk[0][r][s]; };
 
-  // ---- window coefficients (norms applied here) ----
-  for (int xx = tid; xx < kT * kT; xx += nth) {
-    const int a = xx / kT, j = xx % kT;
+  // ---- window coefficients of each v-head (norms applied here) ----
+  for (int xx = tid; xx < nv * kT * kT; xx += nth) {
+    const int u = xx >> 6, a = (xx >> 3) & 7, j = xx & 7;
     if (a < n && j <= a) {
       auto rn = [&](float ss) { return p.qk_l2norm ? 1.f / sqrtf(ss + 1e-6f) : 1.f; };
       const float rka = rn(Pk(w + a, a)), rkj = rn(Pk(w + j, j));
       const float sca = rn(Pq(w + n + a, a)) * float(p.scale);
-      const float E = expf(s_gam[a] - s_gam[j]);
+      const float E = expf(s_gam[u][a] - s_gam[u][j]);
       const float KK = Pk(w + j, a) * rkj * rka, KQ = Pq(w + j, a) * rkj * sca;
-      s_L[a][j] = j < a ? -s_beta[a] * E * KK : 0.f;
-      s_O[a][j] = E * KQ;
+      s_L[u][a][j] = j < a ? -s_beta[u][a] * E * KK : 0.f;
+      s_O[u][a][j] = E * KQ;
       if (j == a) {
-        s_sq[a] = sca;
-        s_sk[a] = rka;
-        s_ea[a] = expf(s_gam[a]);
+        s_ea[u][a] = expf(s_gam[u][a]);
+        if (u == 0) {
+          s_sq[a] = sca;
+          s_sk[a] = rka;
+        }
       }
     }
   }
-  // ---- ring term on this lane's 4 D values (s = g, CTA rows lr0, lr0 + 1), then the transpose ----
-  const int lr0 = warp * kRW + 2 * t;
-  if (!flush) {
-    dx0 *= tot; dx1 *= tot; dy0 *= tot; dy1 *= tot;
-    for (int c = 0; c < w; ++c) {
-      const float pq = Pq(c, g), pk = Pk(c, g);  // om_c included; junk for g >= n (unused)
-      const float d0 = dval(c, lr0), d1 = dval(c, lr0 + 1);
-      dx0 = fmaf(pq, d0, dx0);
-      dx1 = fmaf(pq, d1, dx1);
-      dy0 = fmaf(pk, d0, dy0);
-      dy1 = fmaf(pk, d1, dy1);
-    }
-  }
-  s_hx[lr0][g] = dx0;
-  s_hx[lr0 + 1][g] = dx1;
-  s_hy[lr0][g] = dy0;
-  s_hy[lr0 + 1][g] = dy1;
   __syncthreads();  // B3
 
-  // ---- forward substitution for CTA row l (the 4 lanes of the row redundant; stores a % 4 == t) ----
-  float D[kT];
-#pragma unroll
-  for (int a = 0; a < kT; ++a) {
-    D[a] = 0.f;
-    if (a < n) {
-      const float ea = s_ea[a], hk = s_hy[l][a] * s_sk[a], hq = s_hx[l][a] * s_sq[a];
-      const float va = Traits<AT>::to_f(s_v[a * rpc + l]);
-      float da = s_beta[a] * (va - ea * hk);
-#pragma unroll
-      for (int j = 0; j < a; ++j) da = fmaf(s_L[a][j], D[j], da);
-      D[a] = da;
-      float oa = ea * hq;
-#pragma unroll
-      for (int j = 0; j <= a; ++j) oa = fmaf(s_O[a][j], D[j], oa);
-      if ((a & 3) == t) {
-        st_any(p.out, int64_t(t0 + a) * p.out_tok + int64_t(hv) * p.out_head + i, p.out_dtype, oa);
-        st_any(dr, int64_t((origin + w + a) & mask) * V + i, R.d_dtype, da);
-      }
-    }
-  }
-  if (slice == 0 && (vpk2 ? (hv & (vpk - 1)) : hv % vpk) == 0)  // the window's normalised k, once per k-head
+  if (it0 == 0)  // the window's normalised k, once per k-head (its first CTA)
     for (int idx = tid; idx < n * K; idx += nth) {
       const int a = idx / K, c = idx % K;
       st_any(kr, int64_t((origin + w + a) & mask) * K + c, R.k_dtype, Traits<AT>::to_f(s_k[a * KP + c]) * s_sk[a]);
     }
+
+  // ---- the items: warp by warp ----
+  const int lr0 = warp * kRW + 2 * t;  // the item rows of this lane's D values (s = g)
+  int iv = iv0, sl = it0 - iv0 * slices;  // the item being computed
+  for (int i = 0; i < ipc; ++i) {
+    if (i + 1 < ipc) {  // the next item's copies fly while this one is computed (its stage was freed by item i - 1)
+      issue_ckpt(i + 1);
+      issue_hist(i + 1);
+    }
+    cp_async_commit();
+    cp_async_wait_group<1>();
+    mbar_wait(&s_bar[warp][i & 1], unsigned(i >> 1) & 1u);
+    __syncwarp();  // every lane's history copies of this item have landed
+    const int u = iv - iv0, hv = h * vpk + iv;
+    ST* s_st = reinterpret_cast<ST*>(s_dyn + sm.st + (i & 1) * sm.st_stage) + l * K + colt;  // + m * CW
+    const unsigned char* s_d = s_dyn + sm.dh + (i & 1) * sm.dh_stage;
+    const AT* s_v = reinterpret_cast<const AT*>(s_dyn + sm.vv + (i & 1) * sm.vv_stage);
+    auto dval = [&](int c, int r) {  // d_c[item row r], c < w
+      return dsz == 4 ? reinterpret_cast<const float*>(s_d)[c * rpc + r]
+                      : Traits<AT>::to_f(reinterpret_cast<const AT*>(s_d)[c * rpc + r]);
+    };
+    const float tot = s_tot[u];
+    const float* om = s_om[u];
+
+    // ---- the state tile: D = [q; k] S_h^T over this warp's 8 rows ----
+    // The flush folds half the row's chunks per pass (each element's FMA order over c unchanged), writes the
+    // new checkpoint and puts it, rounded to ST as stored, back into the lane's own shared chunks.
+    if (flush && w > 0) {
+      // S_new = tot S0 + sum_c om_c d_c k_c^T for the warp's 8 rows on tensor cores (m16n8k8 TF32, as the
+      // replay flush, gdn_replay_decode.cu): M rows g = the lane's row l (rows g + 8 zero), N = 8 columns in
+      // the TileMap order (the accumulator fragment is the lane's own chunk values), K = 8 history tokens;
+      // A = om_c d_c[row] (fp32, split hi + lo), B = k_c (exact for a 16-bit k ring, split for fp32). The
+      // FFMA fold it replaced was ~18 % of the verify's instructions (ncu, tenth session).
+      ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + (int64_t(hv) * V + sl * rpc + l) * K;
+      // Half the row's chunks per pass (the A fragments are rebuilt per pass): 16 accumulators instead of 32
+      // (all NCH at once spilled 40-188 B at the 128-register bound).
+      constexpr int MH = NCH >= 2 ? NCH / 2 : NCH;
+      auto fold = [&](auto tag, auto kparts) {
+        using KT = decltype(tag);
+        constexpr int KPN = decltype(kparts)::value, TG = VEC / 2, NT = MH * TG;
+#pragma unroll 1
+        for (int m0 = 0; m0 < NCH; m0 += MH) {
+          float acc[MH][VEC];
+#pragma unroll
+          for (int m = 0; m < MH; ++m) {
+            VT::unpack(*reinterpret_cast<const uint4*>(s_st + (m0 + m) * CW), acc[m]);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) acc[m][e] *= tot;
+          }
+          for (int kk = 0; kk < (w + 7) >> 3; ++kk) {
+            const int j0 = kk * 8 + t, j1 = j0 + 4;
+            const bool q0 = j0 < w, q1 = j1 < w;
+            uint32_t ah[4], al[4];
+            spec::split_tf32<2>(q0 ? om[j0] * dval(j0, l) : 0.f, ah[0], al[0]);
+            spec::split_tf32<2>(q1 ? om[j1] * dval(j1, l) : 0.f, ah[2], al[2]);
+            ah[1] = al[1] = ah[3] = al[3] = 0u;
+            // row 0 (w >= 1) stands in past w (its A is 0)
+            const KT* K0 = reinterpret_cast<const KT*>(s_kr) + (q0 ? j0 : 0) * KP + m0 * CW;
+            const KT* K1 = reinterpret_cast<const KT*>(s_kr) + (q1 ? j1 : 0) * KP + m0 * CW;
+#pragma unroll
+            for (int jn = 0; jn < NT; ++jn) {
+              const int nj = TileMap<VEC>::n_of(jn, g), m = jn / TG, e = (jn % TG) * 2;
+              uint32_t bh0, bl0, bh1, bl1;
+              spec::split_tf32<KPN>(Traits<KT>::to_f(K0[nj]), bh0, bl0);
+              spec::split_tf32<KPN>(Traits<KT>::to_f(K1[nj]), bh1, bl1);
+              float d[4] = {acc[m][e], acc[m][e + 1], 0.f, 0.f};
+              spec::mma_passes<2, KPN>(d, ah, al, bh0, bh1, bl0, bl1);
+              acc[m][e] = d[0];
+              acc[m][e + 1] = d[1];
+            }
+          }
+#pragma unroll
+          for (int m = 0; m < MH; ++m) {
+            VT::store(S + (m0 + m) * CW + colt, acc[m]);
+            VT::store(s_st + (m0 + m) * CW, acc[m]);  // rounded to ST as stored: the state tile reads it
+          }
+        }
+      };
+      if (kf32) fold(float{}, std::integral_constant<int, 2>{});
+      else fold(AT{}, std::integral_constant<int, 1>{});
+    }
+    float dx0, dx1, dy0, dy1;
+    {
+      // Even and odd chunks accumulate separately: two dependent mma chains of NCH / 2 chunks instead of one.
+      float d[4] = {0.f, 0.f, 0.f, 0.f}, d2[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int m = 0; m < NCH; ++m) {
+        float bvv[VEC];
+        VT::unpack(*reinterpret_cast<const uint4*>(s_st + m * CW), bvv);
+        tile_chunk<AT, VEC, BPS>((m & 1) ? d2 : d, bvv, wq + m * CW, wk + m * CW, live);
+      }
+      dx0 = d[0] + d2[0]; dx1 = d[1] + d2[1]; dy0 = d[2] + d2[2]; dy1 = d[3] + d2[3];
+    }
+    // ---- ring term on this lane's 4 D values (s = g, item rows lr0, lr0 + 1), then the transpose ----
+    // D += A B on tensor cores (m16n8k8 TF32, the D fragment is exactly dx0, dx1, dy0, dy1): A[s][c] = om_c
+    // Pq[c][s] (rows s < 8) and om_c Pk[c][s - 8], B[c][row] = d_c[row], K = 8 history tokens per MMA, both
+    // split hi + lo (a 16-bit d ring is exact). Tokens c >= w are zeros in A and B (unstaged d may be NaN).
+    if (!flush) {
+      dx0 *= tot; dx1 *= tot; dy0 *= tot; dy1 *= tot;
+      float d[4] = {dx0, dx1, dy0, dy1};
+      for (int kk = 0; kk < (w + 7) >> 3; ++kk) {
+        const int c0 = kk * 8 + t, c1 = c0 + 4;
+        const bool q0 = c0 < w, q1 = c1 < w;
+        uint32_t ah[4], al[4], bh0, bl0, bh1, bl1;
+        spec::split_tf32<2>(q0 ? Pq(c0, g) * om[c0] : 0.f, ah[0], al[0]);  // junk rows g >= n: their D is unused
+        spec::split_tf32<2>(q0 ? Pk(c0, g) * om[c0] : 0.f, ah[1], al[1]);
+        spec::split_tf32<2>(q1 ? Pq(c1, g) * om[c1] : 0.f, ah[2], al[2]);
+        spec::split_tf32<2>(q1 ? Pk(c1, g) * om[c1] : 0.f, ah[3], al[3]);
+        if (dsz == 4) {
+          spec::split_tf32<2>(q0 ? dval(c0, l) : 0.f, bh0, bl0);
+          spec::split_tf32<2>(q1 ? dval(c1, l) : 0.f, bh1, bl1);
+          spec::mma_passes<2, 2>(d, ah, al, bh0, bh1, bl0, bl1);
+        } else {
+          spec::split_tf32<1>(q0 ? dval(c0, l) : 0.f, bh0, bl0);
+          spec::split_tf32<1>(q1 ? dval(c1, l) : 0.f, bh1, bl1);
+          spec::mma_passes<2, 1>(d, ah, al, bh0, bh1, bl0, bl1);
+        }
+      }
+      dx0 = d[0]; dx1 = d[1]; dy0 = d[2]; dy1 = d[3];
+    }
+    s_hx[lr0][g] = dx0;
+    s_hx[lr0 + 1][g] = dx1;
+    s_hy[lr0][g] = dy0;
+    s_hy[lr0 + 1][g] = dy1;
+    __syncwarp();  // the warp's rows only
+
+    // ---- forward substitution for item row l (the 4 lanes of the row redundant; stores a % 4 == t) ----
+    void* op = mptr(p.out, p.out_dtype, int64_t(t0) * p.out_tok + int64_t(hv) * p.out_head + sl * rpc + l);
+    void* dw = mptr(R.d_ring, R.d_dtype, int64_t(slot) * R.dr_slot + int64_t(hv) * RL * V + sl * rpc + l);
+    float D[kT];
+#pragma unroll
+    for (int a = 0; a < kT; ++a) {
+      D[a] = 0.f;
+      if (a < n) {
+        const float ea = s_ea[u][a], hk = s_hy[l][a] * s_sk[a], hq = s_hx[l][a] * s_sq[a];
+        const float va = Traits<AT>::to_f(s_v[a * rpc + l]);
+        float da = s_beta[u][a] * (va - ea * hk);
+#pragma unroll
+        for (int j = 0; j < a; ++j) da = fmaf(s_L[u][a][j], D[j], da);
+        D[a] = da;
+        float oa = ea * hq;
+#pragma unroll
+        for (int j = 0; j <= a; ++j) oa = fmaf(s_O[u][a][j], D[j], oa);
+        if ((a & 3) == t) {
+          st_any(op, int64_t(a) * p.out_tok, p.out_dtype, oa);
+          st_any(dw, int64_t((origin + w + a) & mask) * V, R.d_dtype, da);
+        }
+      }
+    }
+    fence_proxy_async();  // this item's shared reads / writes (the flush) before the next bulk copy into its stage
+    __syncwarp();
+    if (++sl == slices) {
+      sl = 0;
+      ++iv;
+    }
+  }
 }
 
-// Warps per CTA: 8 (64 rows; V is 64 or 128), a CTA's rows dividing V, halved while the grid has fewer CTAs
-// per SM than the launch bound lets in (3); 8 rows per warp: 8, 16, 32, 64 rows per
-// CTA (gdn_common.cuh's cta_warps; REPLAYSSM_GDN_CUDA_WARPS=1|2|4|8 forces a shape).
-int verify_warps(int rows, int v_heads, int K, int V) {
-  return cta_warps(rows, v_heads, V, kRW, 8, 3, /*divides=*/true);
+// Warps per CTA (8 rows each): up to kMaxWarps, dividing V, halved while the grid (in items) has fewer than
+// kMinCtas CTAs per SM (gdn_common.cuh's cta_warps; REPLAYSSM_GDN_CUDA_WARPS=1|2|4 forces a shape).
+int verify_warps(int rows, int v_heads, int V) { return cta_warps(rows, v_heads, V, kRW, kMaxWarps, kMinCtas, /*divides=*/true); }
+
+// Items (v-head slices of one k-head) per CTA. One item each when the grid of one-item CTAs is resident at once
+// (`resident` CTAs per SM: batch 1-2): there is nothing to amortise and a second item would lengthen every
+// CTA's critical path (measured, tenth session: Qwen3.5-4B b1 12.7 us with 1 item, 14.7 with 2). Otherwise the
+// most (<= kDefaultIpc, dividing the k-head's nI items, the CTA's v-heads <= kMaxVh) that still gives at least
+// half a wave of CTAs (the append kernel's rule, gdn_replay_append.cu); REPLAYSSM_GDN_VERIFY_IPC (1, 2, 4, 8,
+// 16) forces an upper bound (the GPU tests cover every value with it).
+int verify_ipc(int rows, int k_heads, int nI, int slices, int resident) {
+  const int f = env_choice("REPLAYSSM_GDN_VERIFY_IPC", {"1", "2", "4", "8", "16"});
+  const long long one_item_ctas = (long long)rows * k_heads * nI;
+  int ipc = kDefaultIpc;
+  if (f >= 0) {
+    ipc = 1 << f;
+  } else if (one_item_ctas <= (long long)sm_count() * resident) {
+    ipc = 1;
+  } else {
+    while (ipc > 1 && 2LL * rows * k_heads * (nI / ipc) < (long long)sm_count() * kMinCtas) ipc >>= 1;
+  }
+  // v-heads a CTA of ipc items can touch: ceil(ipc / slices), one more where a CTA may start mid-head
+  const auto heads = [&](int i) { return (i + slices - 1) / slices + (i % slices != 0 ? 1 : 0); };
+  while (ipc > 1 && (nI % ipc != 0 || heads(ipc) > kMaxVh)) ipc >>= 1;
+  return ipc;
 }
 
 }  // namespace
@@ -473,23 +593,23 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
   auto st = static_cast<cudaStream_t>(stream);
   const int V = p.step.head_v_dim;
   if (V % kRW != 0) throw Error("geo", "the CUDA verify needs head_v_dim a multiple of 8, got " + std::to_string(V));
-  const int warps = verify_warps(p.step.rows, p.step.v_heads, p.step.head_k_dim, V);
-  const int rpc = warps * kRW;
-  const int slices = V / rpc;
+  const int warps = verify_warps(p.step.rows, p.step.v_heads, V);
+  const int rpc = warps * kRW, slices = V / rpc, vpk = p.step.v_heads / p.step.k_heads;
   with_head_k(p.step.head_k_dim, [&](auto kk) {
     constexpr int K = decltype(kk)::value;
     with_float_type(p.step.state_dtype, "cache.checkpoint", [&](auto s) {
       using ST = decltype(s);
       with_float_type(p.step.act, "in.q", [&](auto a) {
         using AT = decltype(a);
-        const size_t asz = sizeof(AT), KP = K + 16;
-        const size_t smem = size_t(rpc) * K * sizeof(ST) + 2 * size_t(kT) * KP * asz +
-                            size_t(kT) * rpc * asz +
-                            size_t(p.history) * (KP * esize(p.ring.k_dtype) + rpc * esize(p.ring.d_dtype));
+        const size_t smem = verify_smem(rpc, K, int(sizeof(ST)), int(sizeof(AT)), p.history, int(esize(p.ring.k_dtype)),
+                                        int(esize(p.ring.d_dtype))).total;
         auto kernel = gdn_verify_kernel<ST, AT, K>;
         allow_dynamic_smem(kernel, smem, "gdn_spec_verify");
-        kernel<<<dim3(unsigned(p.step.v_heads * slices), unsigned(p.step.rows)), dim3(unsigned(32 * warps)), smem,
-                 st>>>(p, slices);
+        int resident = 0;
+        check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, 32 * warps, smem), "gdn_spec_verify");
+        const int ipc = verify_ipc(p.step.rows, p.step.k_heads, vpk * slices, slices, resident);
+        kernel<<<dim3(unsigned(p.step.k_heads * (vpk * slices / ipc)), unsigned(p.step.rows)), dim3(unsigned(32 * warps)),
+                 smem, st>>>(p, slices, ipc);
       });
     });
   });

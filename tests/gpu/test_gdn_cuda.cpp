@@ -75,6 +75,10 @@ struct ForceWarps : ScopedEnv {
 struct ForceIpc : ScopedEnv {
   explicit ForceIpc(int ipc) : ScopedEnv("REPLAYSSM_GDN_APPEND_IPC", std::to_string(ipc)) {}
 };
+// Items per CTA of the speculative verify kernel (gdn_spec_verify.cu).
+struct ForceVerifyIpc : ScopedEnv {
+  explicit ForceVerifyIpc(int ipc) : ScopedEnv("REPLAYSSM_GDN_VERIFY_IPC", std::to_string(ipc)) {}
+};
 struct ForceTile : ScopedEnv {
   explicit ForceTile(const char* tile) : ScopedEnv("REPLAYSSM_GDN_TILE", tile) {}
 };
@@ -678,6 +682,31 @@ TEST(CudaGdnSpec, CtaShapes) {
         SCOPED_TRACE("warps " + std::to_string(warps) + " " + geo.to_string());
         expect_spec_stream_ok(s, sc);
       }
+}
+
+// Items per CTA of the verify (1, 2, 4, 8, 16 v-head slices of one k-head, spanning up to 4 v-heads), with
+// 1 / 8 warps, vpk 2 and 4, fp32 and bf16 state: every item's checkpoint, history and outputs in its own
+// stage, the window coefficients per v-head, the g / k ring appends by the right CTA.
+TEST(CudaGdnSpec, ItemsPerCta) {
+  NEED_GPU();
+  const SpecCase cases[] = {{DType::f32, DType::bf16, DType::f32, 16, 4, 30, 5e-2, 4e-5},
+                            {DType::bf16, DType::bf16, DType::bf16, 12, 6, 30, 8e-2, 5e-2}};
+  for (int ipc : {1, 2, 4, 8, 16})
+    for (int warps : {1, 8})
+      for (const GdnGeometry& geo : {GdnGeometry{2, 4, 128, 128}, GdnGeometry{1, 4, 64, 64}})
+        for (const auto& sc : cases) {
+          ForceWarps fw(warps);
+          ForceVerifyIpc fi(ipc);
+          Cfg c;
+          c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
+          c.geo = geo; c.ids = {4, -1, 1, 2}; c.slots = 6; c.seed = 500 + ipc * 8 + warps + sc.window;
+          const Stats s = spec_stream(c);
+          std::printf("  [spec ipc %d warps %d %s %s ring %s] out %.2e (cpu %.2e) ckpt %.2e rings %.2e flushes %d\n", ipc,
+                      warps, geo.to_string().c_str(), dn(c.sd).c_str(), dn(c.rd).c_str(), s.out_ref, s.out_cpu, s.ck_ref,
+                      s.rings_cpu, s.flushes);
+          SCOPED_TRACE("ipc " + std::to_string(ipc) + " warps " + std::to_string(warps) + " " + geo.to_string());
+          expect_spec_stream_ok(s, sc);
+        }
 }
 
 // ---- classic step and classic speculative path: GPU vs CPU on the same data ----
