@@ -2,7 +2,7 @@
 // flush / verify decision is taken per row on the device from the cursor (spec.flush_due(w)), so the
 // launch sequence is static and the whole step (verify + commit) is graph-capturable.
 //
-// Mapping: grid (heads * chunks, rows); a CTA is one (row, head) and `tiles_per_cta` 16-row tiles
+// Mapping: grid (heads, rows, chunks); a CTA is one (row, head) and `tiles_per_cta` 16-row tiles
 // of P (one warp per tile; P split over more CTAs at small batch). A lane owns state rows p0+g and
 // p0+g+8 (g = lane/4) and, in every 4*VEC-wide column group, VEC contiguous columns (t = lane%4).
 //
@@ -61,7 +61,7 @@ size_t smem_bytes(int N, int kmax, int PC) {
 
 template <class ST, class AT, int N>
 __global__ void __launch_bounds__(256, 2)
-spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const int chunks) {
+spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta) {
   using V = Vec16<ST>;
   constexpr int VEC = V::kN;
   constexpr int NG = N / (4 * VEC);        // 16-byte column groups per state row
@@ -79,7 +79,7 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const i
   const Mamba2StepParams& p = vp.step;
   const Mamba2RingParams& rg = vp.ring;
   const int row = blockIdx.y;
-  const int h = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
+  const int h = blockIdx.x, chunk = blockIdx.z;  // grid (heads, rows, chunks): no division by a run-time count
   const int nthreads = blockDim.x, nw = nthreads >> 5, tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int P = p.headdim, R = rg.ring, mask = R - 1;
@@ -113,7 +113,8 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const i
   const int pre = w - base;        // replayed history tokens before window position 0
   const int KL = w + n - base;     // replayed tokens
   const int ntok = w + n;          // logical tokens staged (a fold needs the history too)
-  const int hpg = p.heads / p.groups, grp = h / hpg;
+  // unsigned: a signed division costs ~2x the instructions (ncu, tenth session)
+  const int hpg = int(unsigned(p.heads) / unsigned(p.groups)), grp = int(unsigned(h) / unsigned(hpg));
 
   // ---- wave 3: stage logical tokens 0..ntok-1 (ring for k < w, step inputs for k >= w) ----
   const int kmax = vp.history + vp.window;
@@ -138,8 +139,11 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const i
     const AT* src = s < n ? Cin + int64_t(t0 + s) * p.C_tok + int64_t(grp) * p.C_group + c * E : nullptr;
     stage_chunk(s_C + s * BS + c * E, src, s < n ? E : 0);
   }
-  for (int i = tid; i < ntok * XCH; i += nthreads) {
-    const int k = i / XCH, c = i - k * XCH, pp = pbase + c * E;
+  // nthreads = 32 tiles and XCH = 16 tiles / E: a thread keeps its chunk column c = tid % XCH and steps
+  // 2E tokens per trip (no run-time division per trip).
+  const int xc = tid % XCH, xk0 = tid / XCH, xstep = nthreads / XCH, xpp = pbase + xc * E;
+  for (int k = xk0; k < ntok; k += xstep) {
+    const int c = xc, pp = xpp;
     const AT* src = k < w ? xring + int64_t((origin + k) & mask) * P + pp
                           : xin + int64_t(t0 + k - w) * p.x_tok + int64_t(h) * p.x_head + pp;
     stage_chunk(s_X + k * XS + c * E, src, P - pp);
@@ -150,9 +154,15 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const i
 #pragma unroll
   for (int r = 0; r < 2; ++r)
 #pragma unroll
-    for (int e = 0; e < 2; ++e)
-      zraw[r][e] = z && ok[r] && 2 * t + e < n ? z[int64_t(t0 + 2 * t + e) * p.z_tok + int64_t(h) * p.z_head + pr[r]]
-                                                : Traits<AT>::from_f(0.f);
+    for (int e = 0; e < 2; ++e) zraw[r][e] = Traits<AT>::from_f(0.f);
+  if (z) {  // a CTA-uniform branch: without a gate none of the address work issues (ncu: 4.7 % of the kernel)
+    const AT* zh = z + int64_t(t0 + 2 * t) * p.z_tok + int64_t(h) * p.z_head;
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (ok[r] && 2 * t + e < n) zraw[r][e] = zh[e * p.z_tok + pr[r]];
+  }
   // Deltas: a strided loop (a CTA may have fewer threads than the 64 logical tokens of a ring of 64).
   for (int k = tid; k < ntok; k += nthreads) {
     const int pos = (origin + k) & mask;
@@ -175,11 +185,11 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const i
     for (int e = 0; e < 2; ++e) zv[r][e] = Traits<AT>::to_f(zraw[r][e]);
 
   // ---- a. the window's x columns and B rows into the ring (logical w + j) ----
-  for (int i = tid; i < n * XCH; i += nthreads) {
-    const int j = i / XCH, c = i - j * XCH, pp = pbase + c * E;
+  for (int j = xk0; j < n; j += xstep) {
+    const int c = xc, pp = xpp;
     store_chunk(xring + int64_t((origin + w + j) & mask) * P + pp, s_X + (w + j) * XS + c * E, P - pp);
   }
-  if (chunk == 0 && h % hpg == 0)  // one CTA per (row, group) writes the group's B
+  if (chunk == 0 && h == grp * hpg)  // one CTA per (row, group) writes the group's B
     for (int i = tid; i < n * BCH; i += nthreads) {
       const int j = i / BCH, c = i % BCH;
       store_chunk(Bring + int64_t((origin + w + j) & mask) * N + c * E, s_B + (w + j) * BS + c * E, E);
@@ -379,12 +389,12 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const i
 template <class ST, class AT, int N>
 void launch(const Mamba2VerifyParams& p, cudaStream_t st) {
   const PSplit sp = forced_psplit(choose_psplit(p.step.rows, p.step.heads, p.step.headdim), p.step.headdim);
-  const dim3 grid(unsigned(p.step.heads * sp.chunks), unsigned(p.step.rows));
+  const dim3 grid(unsigned(p.step.heads), unsigned(p.step.rows), unsigned(sp.chunks));
   const dim3 block(unsigned(32 * sp.tiles_per_cta));
   const size_t smem = smem_bytes<AT>(N, p.history + p.window, sp.tiles_per_cta * 16);
   auto kernel = spec_verify_kernel<ST, AT, N>;
   allow_dynamic_smem(kernel, smem, "spec_verify");
-  kernel<<<grid, block, smem, st>>>(p, sp.tiles_per_cta, sp.chunks);
+  kernel<<<grid, block, smem, st>>>(p, sp.tiles_per_cta);
 }
 
 }  // namespace
