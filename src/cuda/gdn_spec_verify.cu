@@ -40,17 +40,22 @@
 //   i + 1's copies are issued before item i is computed. The flush fold and the ring term on tensor cores
 //   (m16n8k8 TF32: the fold's A = om_c d_c[row], B = k_c, accumulating into the lane's own chunk values in the
 //   TileMap order; the ring term's A = om_c [Pq; Pk][c][s], B = d_c[row], accumulating into D); D goes
-//   through a per-warp shared transpose; the forward substitution runs per row with the 4 lanes of a row
-//   redundant (stores spread over them, a % 4 == t).
-// * Shape (verify_warps, verify_ipc): up to 8 warps (64 rows; ~100 KB of shared memory at fp32 state, K = 128,
+//   through a per-warp shared transpose; the forward substitution runs per row with the LPR lanes of a row
+//   redundant (stores spread over them, a % LPR).
+// * Rows per warp (verify_tiles, twelfth session): NT = 1 or 2 eight-row tiles per warp and item. With two,
+//   the window operand of a chunk (q / k loads and TF32 splits), the ring term's A and the item's copy issue
+//   serve 16 rows, and the substitution has 2 lanes per row instead of 4: the per-item work is per row, so
+//   16-bit state (half the bytes per row) takes 16 rows by default.
+// * Shape (verify_warps, verify_ipc): up to 8 warps (8 NT rows each; ~100 KB of shared memory at fp32 state, K = 128,
 //   history 16: 2 CTAs per SM), up to 16 items per CTA, both halved for small grids; one item per CTA when
 //   the one-item grid is resident at once (batch 1-2).
 // Measured (H200, same-run A/B, docs/notes-gdn-cuda.md tenth session): Qwen3.5-4B b512 T = 4 876 -> 661 us
 // (40 -> 53 % of copy; 0.59x -> 0.44x the classic speculative kernel), 122B 1740 -> 1155 us (39 -> 59 %),
 // b8 24.5 -> 18.8 us, b1 13.0 -> 12.6 us; bf16 state b512 961 -> 823 us.
 // Shared rows of q, k and the k history are padded to K + 16 elements (conflict-free fragment loads).
-// ptxas (128-register bound of 2 CTAs x 256 threads): no spill except fp32 state with fp32 activations at
-// K = 128 (124 B, not a production pair).
+// ptxas (128-register bound of 2 CTAs x 256 threads): 8-row warps spill only for fp32 state with fp32
+// activations at K = 128 (132 B, not a production pair); 16-row warps 4-8 B for 16-bit state at K = 128,
+// 24-44 B at K = 64, 132-144 B with fp32 activations; fp32 state at 16 rows with 16-bit activations none.
 #include <cstdlib>
 #include <string>
 
@@ -67,8 +72,8 @@ using namespace gdn;
 
 constexpr int kT = kTMax;  // window positions (8)
 constexpr int kAR = 40;    // prologue A rows: w + 2n <= R + n <= 40
-constexpr int kRW = 8;     // state rows per warp (the mma's n)
-constexpr int kMaxWarps = 8, kMaxRows = kMaxWarps * kRW;
+constexpr int kRW = 8;     // state rows of one tile (the mma's n); a warp takes NT tiles per item
+constexpr int kMaxWarps = 8;
 constexpr int kStages = 2;     // checkpoint / history stages per warp: item i + 1 in flight while item i is computed
 constexpr int kMinCtas = 2;    // ~100 KB of shared memory each at 8 warps, fp32 state, K = 128, history 16
 constexpr int kDefaultIpc = 16;  // items per CTA: at most this (and REPLAYSSM_GDN_VERIFY_IPC up to 16)
@@ -114,27 +119,43 @@ __device__ __forceinline__ void lds_f(const T* p, float (&v)[N]) {
   }
 }
 
-// One chunk (VEC columns of this lane) of d += W S^T: bv = the lane's B-row values (row g of the
-// tile), qrow / krow = q_g, k_g at the same columns (AT, shared); live = g < n (else W rows are 0).
-// Warp-uniform call (mma.sync).
-template <class AT, int VEC, int BP>
-__device__ __forceinline__ void tile_chunk(float (&d)[4], const float (&bv)[VEC], const AT* qrow, const AT* krow,
-                                           bool live) {
+// The window operand of one chunk (VEC columns of this lane): q_g, k_g at the lane's columns (AT, shared),
+// split into TF32 parts for the VEC / 2 k-steps; live = g < n (else W rows are 0). Loaded once per chunk and
+// shared by every 8-row tile of the warp (tile_b).
+template <class AT, int VEC>
+__device__ __forceinline__ void tile_a(uint32_t (&ah)[VEC / 2][4], uint32_t (&al)[VEC / 2][4], const AT* qrow,
+                                       const AT* krow, bool live) {
   constexpr int AP = spec::Parts<AT>::kN;
   float qv[VEC], kv[VEC];
   lds_f<AT, VEC>(qrow, qv);
   lds_f<AT, VEC>(krow, kv);
 #pragma unroll
   for (int e = 0; e < VEC / 2; ++e) {
-    uint32_t ah[4], al[4], bh0, bl0, bh1, bl1;
-    spec::split_tf32<AP>(live ? qv[2 * e] : 0.f, ah[0], al[0]);
-    spec::split_tf32<AP>(live ? kv[2 * e] : 0.f, ah[1], al[1]);
-    spec::split_tf32<AP>(live ? qv[2 * e + 1] : 0.f, ah[2], al[2]);
-    spec::split_tf32<AP>(live ? kv[2 * e + 1] : 0.f, ah[3], al[3]);
+    spec::split_tf32<AP>(live ? qv[2 * e] : 0.f, ah[e][0], al[e][0]);
+    spec::split_tf32<AP>(live ? kv[2 * e] : 0.f, ah[e][1], al[e][1]);
+    spec::split_tf32<AP>(live ? qv[2 * e + 1] : 0.f, ah[e][2], al[e][2]);
+    spec::split_tf32<AP>(live ? kv[2 * e + 1] : 0.f, ah[e][3], al[e][3]);
+  }
+}
+// d += W S^T over one chunk: bv = the lane's B-row values (row g of the tile). Warp-uniform call (mma.sync).
+template <class AT, int VEC, int BP>
+__device__ __forceinline__ void tile_b(float (&d)[4], const float (&bv)[VEC], const uint32_t (&ah)[VEC / 2][4],
+                                       const uint32_t (&al)[VEC / 2][4]) {
+  constexpr int AP = spec::Parts<AT>::kN;
+#pragma unroll
+  for (int e = 0; e < VEC / 2; ++e) {
+    uint32_t bh0, bl0, bh1, bl1;
     spec::split_tf32<BP, false>(bv[2 * e], bh0, bl0);
     spec::split_tf32<BP, false>(bv[2 * e + 1], bh1, bl1);
-    spec::mma_passes<AP, BP>(d, ah, al, bh0, bh1, bl0, bl1);
+    spec::mma_passes<AP, BP>(d, ah[e], al[e], bh0, bh1, bl0, bl1);
   }
+}
+template <class AT, int VEC, int BP>
+__device__ __forceinline__ void tile_chunk(float (&d)[4], const float (&bv)[VEC], const AT* qrow, const AT* krow,
+                                           bool live) {
+  uint32_t ah[VEC / 2][4], al[VEC / 2][4];
+  tile_a<AT, VEC>(ah, al, qrow, krow, live);
+  tile_b<AT, VEC, BP>(d, bv, ah, al);
 }
 
 // Dynamic shared memory of a CTA (byte offsets; every block a multiple of 16 bytes): per stage the
@@ -166,18 +187,19 @@ __host__ __device__ __forceinline__ VerifySmem verify_smem(int rpc, int K, int s
 // (one bulk copy on the warp's mbarrier of the item's stage), its d-history and v columns (cp.async), the
 // flush fold, the state tile, the ring term, the transpose and the substitution; item i + 1's copies are in
 // flight while item i is computed.
-template <class ST, class AT, int K>
+template <class ST, class AT, int K, int NT>
 __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(const GdnVerifyParams P, const int slices,
                                                                               const int ipc) {
   using VT = Vec16<ST>;
   constexpr int VEC = VT::kN, CW = 4 * VEC, NCH = K / CW, KP = K + 16;
   constexpr int BPS = spec::Parts<ST>::kN;
+  constexpr int RWW = kRW * NT, LPR = 4 / NT;  // state rows per warp and item; substitution lanes per row
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;
   // A_r . q_s, A_r . k_s (raw q, k; not scaled by om); [1]: the second half of K when a tile is split
   __shared__ __align__(16) float s_Pq[2][kAR][kT], s_Pk[2][kAR][kT];
   __shared__ __align__(8) uint64_t s_bar[kMaxWarps][kStages];  // per warp and stage: its 8 checkpoint rows landed
-  __shared__ float s_hx[kMaxRows][kT + 1], s_hy[kMaxRows][kT + 1];  // S_h q_s, S_h k_s per item row (un-normalised)
+  __shared__ float s_hx[kMaxWarps * RWW][kT + 1], s_hy[kMaxWarps * RWW][kT + 1];  // S_h q_s, S_h k_s per item row (un-normalised)
   __shared__ float s_L[kMaxVh][kT][kT], s_O[kMaxVh][kT][kT];
   __shared__ float s_om[kMaxVh][32], s_gam[kMaxVh][kT], s_beta[kMaxVh][kT], s_ea[kMaxVh][kT], s_tot[kMaxVh];
   __shared__ float s_sq[kT], s_sk[kT];
@@ -185,9 +207,9 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
 
   const int tid = threadIdx.x, nth = blockDim.x, warp = tid >> 5, lane = tid & 31, nw = nth >> 5;
   const int V = p.head_v_dim, RL = R.ring, mask = RL - 1, HB = P.history;
-  const int rpc = nw * kRW;
+  const int rpc = nw * RWW;
   const int g = lane >> 2, t = lane & 3;
-  const int l = warp * kRW + g;  // this lane's item row (B operand row g of the warp's tile)
+  const int l = warp * RWW + g;  // this lane's item row in tile 0 (B operand row g); tile nt: l + 8 nt
   const int colt = t * VEC;      // + m * CW: the lane's columns in chunk m
   const int vpk = p.v_heads / p.k_heads, groups = vpk * slices / ipc;
   const int row = blockIdx.y, h = int(blockIdx.x) / groups, it0 = (int(blockIdx.x) - h * groups) * ipc;
@@ -203,14 +225,14 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
   if (n <= 0 || n > kT) return;             // empty window: a no-op (whole CTA)
 
   // ---- wave 2: item 0's checkpoint rows (bulk copy per warp), the cursor ----
-  const ST* S_row = static_cast<const ST*>(p.state) + int64_t(slot) * p.state_slot + (int64_t(h) * vpk * V + warp * kRW) * K;
+  const ST* S_row = static_cast<const ST*>(p.state) + int64_t(slot) * p.state_slot + (int64_t(h) * vpk * V + warp * RWW) * K;
   int iv_n = iv0, sl_n = it0 - iv0 * slices;  // the next item to issue, advanced without a division
-  auto issue_ckpt = [&](int i) {  // lane 0: item i's 8 rows of this warp into stage i % 2
+  auto issue_ckpt = [&](int i) {  // lane 0: item i's RWW rows of this warp into stage i % 2
     if (lane == 0) {
       const ST* src = S_row + (int64_t(iv_n) * V + sl_n * rpc) * K;
-      ST* dst = reinterpret_cast<ST*>(s_dyn + sm.st + (i & 1) * sm.st_stage) + warp * kRW * K;
-      mbar_arrive_expect_tx(&s_bar[warp][i & 1], unsigned(kRW * K * ssz));
-      bulk_load(dst, src, unsigned(kRW * K * ssz), &s_bar[warp][i & 1]);
+      ST* dst = reinterpret_cast<ST*>(s_dyn + sm.st + (i & 1) * sm.st_stage) + warp * RWW * K;
+      mbar_arrive_expect_tx(&s_bar[warp][i & 1], unsigned(RWW * K * ssz));
+      bulk_load(dst, src, unsigned(RWW * K * ssz), &s_bar[warp][i & 1]);
     }
   };
   if (lane == 0) {
@@ -236,17 +258,17 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
 
   // Item i's d history and v columns of this warp (cp.async; 2-byte copies where a source is not 16-byte
   // aligned), then the item is consumed: (iv_n, sl_n) advance. One commit group per item and thread.
-  const int dcs = __ffs(kRW * dsz / 16) - 1, vcs = __ffs(kRW * asz / 16) - 1;  // 16-byte chunks per row: 1 or 2
+  const int dcs = __ffs(RWW * dsz / 16) - 1, vcs = __ffs(RWW * asz / 16) - 1;  // 16-byte chunks per row: 1, 2 or 4
   auto issue_hist = [&](int i) {
-    const int col = sl_n * rpc + warp * kRW;
+    const int col = sl_n * rpc + warp * RWW;
     const char* dsrc = dr_h + (int64_t(iv_n) * RL * V + col) * dsz;
-    unsigned char* ddst = s_dyn + sm.dh + (i & 1) * sm.dh_stage + warp * kRW * dsz;
+    unsigned char* ddst = s_dyn + sm.dh + (i & 1) * sm.dh_stage + warp * RWW * dsz;
     for (int x = lane; x < (w << dcs); x += 32) {
       const int c = x >> dcs, q = x & ((1 << dcs) - 1);
       stage16(ddst + c * rpc * dsz + q * 16, dsrc + int64_t((origin + c) & mask) * V * dsz + q * 16);
     }
     const char* vsrc = v_h + (int64_t(iv_n) * p.v_head + col) * asz;
-    unsigned char* vdst = s_dyn + sm.vv + (i & 1) * sm.vv_stage + warp * kRW * asz;
+    unsigned char* vdst = s_dyn + sm.vv + (i & 1) * sm.vv_stage + warp * RWW * asz;
     for (int x = lane; x < (n << vcs); x += 32) {
       const int a = x >> vcs, q = x & ((1 << vcs) - 1);
       stage16(vdst + a * rpc * asz + q * 16, vsrc + int64_t(a) * p.v_tok * asz + q * 16);
@@ -398,7 +420,9 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
     }
 
   // ---- the items: warp by warp ----
-  const int lr0 = warp * kRW + 2 * t;  // the item rows of this lane's D values (s = g)
+  const int lr0 = warp * RWW + 2 * t;  // the item rows of this lane's D values (s = g) in tile 0; tile nt: + 8 nt
+  // the substitution: LPR lanes per item row (redundant), stores of positions a % LPR == sp
+  const int srow = warp * RWW + lane / LPR, sp = lane % LPR;
   int iv = iv0, sl = it0 - iv0 * slices;  // the item being computed
   for (int i = 0; i < ipc; ++i) {
     if (i + 1 < ipc) {  // the next item's copies fly while this one is computed (its stage was freed by item i - 1)
@@ -410,7 +434,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
     mbar_wait(&s_bar[warp][i & 1], unsigned(i >> 1) & 1u);
     __syncwarp();  // every lane's history copies of this item have landed
     const int u = iv - iv0, hv = h * vpk + iv;
-    ST* s_st = reinterpret_cast<ST*>(s_dyn + sm.st + (i & 1) * sm.st_stage) + l * K + colt;  // + m * CW
+    ST* s_st = reinterpret_cast<ST*>(s_dyn + sm.st + (i & 1) * sm.st_stage) + l * K + colt;  // + 8 nt K + m * CW
     const unsigned char* s_d = s_dyn + sm.dh + (i & 1) * sm.dh_stage;
     const AT* s_v = reinterpret_cast<const AT*>(s_dyn + sm.vv + (i & 1) * sm.vv_stage);
     auto dval = [&](int c, int r) {  // d_c[item row r], c < w
@@ -420,118 +444,146 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
     const float tot = s_tot[u];
     const float* om = s_om[u];
 
-    // ---- the state tile: D = [q; k] S_h^T over this warp's 8 rows ----
+    // ---- the state tiles: D = [q; k] S_h^T over this warp's RWW rows ----
     // The flush folds half the row's chunks per pass (each element's FMA order over c unchanged), writes the
     // new checkpoint and puts it, rounded to ST as stored, back into the lane's own shared chunks.
     if (flush && w > 0) {
-      // S_new = tot S0 + sum_c om_c d_c k_c^T for the warp's 8 rows on tensor cores (m16n8k8 TF32, as the
-      // replay flush, gdn_replay_decode.cu): M rows g = the lane's row l (rows g + 8 zero), N = 8 columns in
-      // the TileMap order (the accumulator fragment is the lane's own chunk values), K = 8 history tokens;
-      // A = om_c d_c[row] (fp32, split hi + lo), B = k_c (exact for a 16-bit k ring, split for fp32). The
-      // FFMA fold it replaced was ~18 % of the verify's instructions (ncu, tenth session).
-      ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + (int64_t(hv) * V + sl * rpc + l) * K;
+      // S_new = tot S0 + sum_c om_c d_c k_c^T for the warp's rows on tensor cores (m16n8k8 TF32, as the
+      // replay flush, gdn_replay_decode.cu), one 8-row tile at a time: M rows g = the lane's row (rows g + 8
+      // zero), N = 8 columns in the TileMap order (the accumulator fragment is the lane's own chunk values),
+      // K = 8 history tokens; A = om_c d_c[row] (fp32, split hi + lo), B = k_c (exact for a 16-bit k ring,
+      // split for fp32). The FFMA fold it replaced was ~18 % of the verify's instructions (ncu, tenth session).
       // Half the row's chunks per pass (the A fragments are rebuilt per pass): 16 accumulators instead of 32
       // (all NCH at once spilled 40-188 B at the 128-register bound).
       constexpr int MH = NCH >= 2 ? NCH / 2 : NCH;
       auto fold = [&](auto tag, auto kparts) {
         using KT = decltype(tag);
-        constexpr int KPN = decltype(kparts)::value, TG = VEC / 2, NT = MH * TG;
+        constexpr int KPN = decltype(kparts)::value, TG = VEC / 2, NTL = MH * TG;
 #pragma unroll 1
-        for (int m0 = 0; m0 < NCH; m0 += MH) {
-          float acc[MH][VEC];
+        for (int nt = 0; nt < NT; ++nt) {
+          const int ln = l + kRW * nt;
+          ST* st_n = s_st + kRW * nt * K;
+          ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + (int64_t(hv) * V + sl * rpc + ln) * K;
+#pragma unroll 1
+          for (int m0 = 0; m0 < NCH; m0 += MH) {
+            float acc[MH][VEC];
 #pragma unroll
-          for (int m = 0; m < MH; ++m) {
-            VT::unpack(*reinterpret_cast<const uint4*>(s_st + (m0 + m) * CW), acc[m]);
+            for (int m = 0; m < MH; ++m) {
+              VT::unpack(*reinterpret_cast<const uint4*>(st_n + (m0 + m) * CW), acc[m]);
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) acc[m][e] *= tot;
-          }
-          for (int kk = 0; kk < (w + 7) >> 3; ++kk) {
-            const int j0 = kk * 8 + t, j1 = j0 + 4;
-            const bool q0 = j0 < w, q1 = j1 < w;
-            uint32_t ah[4], al[4];
-            spec::split_tf32<2>(q0 ? om[j0] * dval(j0, l) : 0.f, ah[0], al[0]);
-            spec::split_tf32<2>(q1 ? om[j1] * dval(j1, l) : 0.f, ah[2], al[2]);
-            ah[1] = al[1] = ah[3] = al[3] = 0u;
-            // row 0 (w >= 1) stands in past w (its A is 0)
-            const KT* K0 = reinterpret_cast<const KT*>(s_kr) + (q0 ? j0 : 0) * KP + m0 * CW;
-            const KT* K1 = reinterpret_cast<const KT*>(s_kr) + (q1 ? j1 : 0) * KP + m0 * CW;
-#pragma unroll
-            for (int jn = 0; jn < NT; ++jn) {
-              const int nj = TileMap<VEC>::n_of(jn, g), m = jn / TG, e = (jn % TG) * 2;
-              uint32_t bh0, bl0, bh1, bl1;
-              spec::split_tf32<KPN>(Traits<KT>::to_f(K0[nj]), bh0, bl0);
-              spec::split_tf32<KPN>(Traits<KT>::to_f(K1[nj]), bh1, bl1);
-              float d[4] = {acc[m][e], acc[m][e + 1], 0.f, 0.f};
-              spec::mma_passes<2, KPN>(d, ah, al, bh0, bh1, bl0, bl1);
-              acc[m][e] = d[0];
-              acc[m][e + 1] = d[1];
+              for (int e = 0; e < VEC; ++e) acc[m][e] *= tot;
             }
-          }
+            for (int kk = 0; kk < (w + 7) >> 3; ++kk) {
+              const int j0 = kk * 8 + t, j1 = j0 + 4;
+              const bool q0 = j0 < w, q1 = j1 < w;
+              uint32_t ah[4], al[4];
+              spec::split_tf32<2>(q0 ? om[j0] * dval(j0, ln) : 0.f, ah[0], al[0]);
+              spec::split_tf32<2>(q1 ? om[j1] * dval(j1, ln) : 0.f, ah[2], al[2]);
+              ah[1] = al[1] = ah[3] = al[3] = 0u;
+              // row 0 (w >= 1) stands in past w (its A is 0)
+              const KT* K0 = reinterpret_cast<const KT*>(s_kr) + (q0 ? j0 : 0) * KP + m0 * CW;
+              const KT* K1 = reinterpret_cast<const KT*>(s_kr) + (q1 ? j1 : 0) * KP + m0 * CW;
 #pragma unroll
-          for (int m = 0; m < MH; ++m) {
-            VT::store(S + (m0 + m) * CW + colt, acc[m]);
-            VT::store(s_st + (m0 + m) * CW, acc[m]);  // rounded to ST as stored: the state tile reads it
+              for (int jn = 0; jn < NTL; ++jn) {
+                const int nj = TileMap<VEC>::n_of(jn, g), m = jn / TG, e = (jn % TG) * 2;
+                uint32_t bh0, bl0, bh1, bl1;
+                spec::split_tf32<KPN>(Traits<KT>::to_f(K0[nj]), bh0, bl0);
+                spec::split_tf32<KPN>(Traits<KT>::to_f(K1[nj]), bh1, bl1);
+                float d[4] = {acc[m][e], acc[m][e + 1], 0.f, 0.f};
+                spec::mma_passes<2, KPN>(d, ah, al, bh0, bh1, bl0, bl1);
+                acc[m][e] = d[0];
+                acc[m][e + 1] = d[1];
+              }
+            }
+#pragma unroll
+            for (int m = 0; m < MH; ++m) {
+              VT::store(S + (m0 + m) * CW + colt, acc[m]);
+              VT::store(st_n + (m0 + m) * CW, acc[m]);  // rounded to ST as stored: the state tile reads it
+            }
           }
         }
       };
       if (kf32) fold(float{}, std::integral_constant<int, 2>{});
       else fold(AT{}, std::integral_constant<int, 1>{});
     }
-    float dx0, dx1, dy0, dy1;
+    float dxy[NT][4];  // per tile: q_g . S_{2t}, q_g . S_{2t+1}, k_g . S_{2t}, k_g . S_{2t+1}
     {
-      // Even and odd chunks accumulate separately: two dependent mma chains of NCH / 2 chunks instead of one.
-      float d[4] = {0.f, 0.f, 0.f, 0.f}, d2[4] = {0.f, 0.f, 0.f, 0.f};
+      // The window operand once per chunk for the NT tiles; even and odd chunks accumulate separately (two
+      // dependent mma chains of NCH / 2 chunks per tile instead of one).
+      float d[NT][2][4];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) d[nt][0][x] = d[nt][1][x] = 0.f;
 #pragma unroll
       for (int m = 0; m < NCH; ++m) {
-        float bvv[VEC];
-        VT::unpack(*reinterpret_cast<const uint4*>(s_st + m * CW), bvv);
-        tile_chunk<AT, VEC, BPS>((m & 1) ? d2 : d, bvv, wq + m * CW, wk + m * CW, live);
+        uint32_t ah[VEC / 2][4], al[VEC / 2][4];
+        tile_a<AT, VEC>(ah, al, wq + m * CW, wk + m * CW, live);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          float bvv[VEC];
+          VT::unpack(*reinterpret_cast<const uint4*>(s_st + kRW * nt * K + m * CW), bvv);
+          tile_b<AT, VEC, BPS>(d[nt][m & 1], bvv, ah, al);
+        }
       }
-      dx0 = d[0] + d2[0]; dx1 = d[1] + d2[1]; dy0 = d[2] + d2[2]; dy1 = d[3] + d2[3];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) dxy[nt][x] = d[nt][0][x] + d[nt][1][x];
     }
-    // ---- ring term on this lane's 4 D values (s = g, item rows lr0, lr0 + 1), then the transpose ----
-    // D += A B on tensor cores (m16n8k8 TF32, the D fragment is exactly dx0, dx1, dy0, dy1): A[s][c] = om_c
-    // Pq[c][s] (rows s < 8) and om_c Pk[c][s - 8], B[c][row] = d_c[row], K = 8 history tokens per MMA, both
-    // split hi + lo (a 16-bit d ring is exact). Tokens c >= w are zeros in A and B (unstaged d may be NaN).
+    // ---- ring term on this lane's D values (s = g, item rows lr0 + 8 nt, + 1), then the transpose ----
+    // D += A B on tensor cores (m16n8k8 TF32, the D fragment is exactly dxy[nt]): A[s][c] = om_c Pq[c][s]
+    // (rows s < 8) and om_c Pk[c][s - 8] (built once for the NT tiles), B[c][row] = d_c[row], K = 8 history
+    // tokens per MMA, both split hi + lo (a 16-bit d ring is exact). Tokens c >= w are zeros in A and B
+    // (unstaged d may be NaN).
     if (!flush) {
-      dx0 *= tot; dx1 *= tot; dy0 *= tot; dy1 *= tot;
-      float d[4] = {dx0, dx1, dy0, dy1};
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) dxy[nt][x] *= tot;
       for (int kk = 0; kk < (w + 7) >> 3; ++kk) {
         const int c0 = kk * 8 + t, c1 = c0 + 4;
         const bool q0 = c0 < w, q1 = c1 < w;
-        uint32_t ah[4], al[4], bh0, bl0, bh1, bl1;
+        uint32_t ah[4], al[4];
         spec::split_tf32<2>(q0 ? Pq(c0, g) * om[c0] : 0.f, ah[0], al[0]);  // junk rows g >= n: their D is unused
         spec::split_tf32<2>(q0 ? Pk(c0, g) * om[c0] : 0.f, ah[1], al[1]);
         spec::split_tf32<2>(q1 ? Pq(c1, g) * om[c1] : 0.f, ah[2], al[2]);
         spec::split_tf32<2>(q1 ? Pk(c1, g) * om[c1] : 0.f, ah[3], al[3]);
-        if (dsz == 4) {
-          spec::split_tf32<2>(q0 ? dval(c0, l) : 0.f, bh0, bl0);
-          spec::split_tf32<2>(q1 ? dval(c1, l) : 0.f, bh1, bl1);
-          spec::mma_passes<2, 2>(d, ah, al, bh0, bh1, bl0, bl1);
-        } else {
-          spec::split_tf32<1>(q0 ? dval(c0, l) : 0.f, bh0, bl0);
-          spec::split_tf32<1>(q1 ? dval(c1, l) : 0.f, bh1, bl1);
-          spec::mma_passes<2, 1>(d, ah, al, bh0, bh1, bl0, bl1);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const int ln = l + kRW * nt;
+          uint32_t bh0, bl0, bh1, bl1;
+          if (dsz == 4) {
+            spec::split_tf32<2>(q0 ? dval(c0, ln) : 0.f, bh0, bl0);
+            spec::split_tf32<2>(q1 ? dval(c1, ln) : 0.f, bh1, bl1);
+            spec::mma_passes<2, 2>(dxy[nt], ah, al, bh0, bh1, bl0, bl1);
+          } else {
+            spec::split_tf32<1>(q0 ? dval(c0, ln) : 0.f, bh0, bl0);
+            spec::split_tf32<1>(q1 ? dval(c1, ln) : 0.f, bh1, bl1);
+            spec::mma_passes<2, 1>(dxy[nt], ah, al, bh0, bh1, bl0, bl1);
+          }
         }
       }
-      dx0 = d[0]; dx1 = d[1]; dy0 = d[2]; dy1 = d[3];
     }
-    s_hx[lr0][g] = dx0;
-    s_hx[lr0 + 1][g] = dx1;
-    s_hy[lr0][g] = dy0;
-    s_hy[lr0 + 1][g] = dy1;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      s_hx[lr0 + kRW * nt][g] = dxy[nt][0];
+      s_hx[lr0 + kRW * nt + 1][g] = dxy[nt][1];
+      s_hy[lr0 + kRW * nt][g] = dxy[nt][2];
+      s_hy[lr0 + kRW * nt + 1][g] = dxy[nt][3];
+    }
     __syncwarp();  // the warp's rows only
 
-    // ---- forward substitution for item row l (the 4 lanes of the row redundant; stores a % 4 == t) ----
-    void* op = mptr(p.out, p.out_dtype, int64_t(t0) * p.out_tok + int64_t(hv) * p.out_head + sl * rpc + l);
-    void* dw = mptr(R.d_ring, R.d_dtype, int64_t(slot) * R.dr_slot + int64_t(hv) * RL * V + sl * rpc + l);
+    // ---- forward substitution for item row srow (its LPR lanes redundant; stores a % LPR == sp) ----
+    void* op = mptr(p.out, p.out_dtype, int64_t(t0) * p.out_tok + int64_t(hv) * p.out_head + sl * rpc + srow);
+    void* dw = mptr(R.d_ring, R.d_dtype, int64_t(slot) * R.dr_slot + int64_t(hv) * RL * V + sl * rpc + srow);
     float D[kT];
 #pragma unroll
     for (int a = 0; a < kT; ++a) {
       D[a] = 0.f;
       if (a < n) {
-        const float ea = s_ea[u][a], hk = s_hy[l][a] * s_sk[a], hq = s_hx[l][a] * s_sq[a];
-        const float va = Traits<AT>::to_f(s_v[a * rpc + l]);
+        const float ea = s_ea[u][a], hk = s_hy[srow][a] * s_sk[a], hq = s_hx[srow][a] * s_sq[a];
+        const float va = Traits<AT>::to_f(s_v[a * rpc + srow]);
         float da = s_beta[u][a] * (va - ea * hk);
 #pragma unroll
         for (int j = 0; j < a; ++j) da = fmaf(s_L[u][a][j], D[j], da);
@@ -539,7 +591,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
         float oa = ea * hq;
 #pragma unroll
         for (int j = 0; j <= a; ++j) oa = fmaf(s_O[u][a][j], D[j], oa);
-        if ((a & 3) == t) {
+        if (a % LPR == sp) {
           st_any(op, int64_t(a) * p.out_tok, p.out_dtype, oa);
           st_any(dw, int64_t((origin + w + a) & mask) * V, R.d_dtype, da);
         }
@@ -554,9 +606,22 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
   }
 }
 
-// Warps per CTA (8 rows each): up to kMaxWarps, dividing V, halved while the grid (in items) has fewer than
-// kMinCtas CTAs per SM (gdn_common.cuh's cta_warps; REPLAYSSM_GDN_CUDA_WARPS=1|2|4 forces a shape).
-int verify_warps(int rows, int v_heads, int V) { return cta_warps(rows, v_heads, V, kRW, kMaxWarps, kMinCtas, /*divides=*/true); }
+// Rows per warp and item: 16 (two 8-row tiles sharing the window operand, the ring term's A and the item's
+// copy issue; two lanes per row in the substitution instead of four) for 16-bit state, whose per-item work
+// would otherwise cost as much as fp32's for half the bytes; 8 for fp32 state (16 would need 4-warp CTAs to
+// keep 2 CTAs per SM). REPLAYSSM_GDN_VERIFY_WARP_ROWS=8|16 forces it (16 only where it divides V).
+int verify_tiles(int V, size_t ssz) {
+  const int f = env_choice("REPLAYSSM_GDN_VERIFY_WARP_ROWS", {"8", "16"});
+  const int nt = f >= 0 ? f + 1 : (ssz == 2 ? 2 : 1);
+  return nt == 2 && V % (2 * kRW) == 0 ? 2 : 1;
+}
+// Warps per CTA (8 nt rows each): up to kMaxWarps (4 for fp32 state with 16-row warps: shared memory),
+// dividing V, halved while the grid (in items) has fewer than kMinCtas CTAs per SM (gdn_common.cuh's cta_warps;
+// REPLAYSSM_GDN_CUDA_WARPS=1|2|4 forces a shape).
+int verify_warps(int rows, int v_heads, int V, int nt, size_t ssz) {
+  const int maxw = nt == 2 && ssz == 4 ? kMaxWarps / 2 : kMaxWarps;
+  return cta_warps(rows, v_heads, V, kRW * nt, maxw, kMinCtas, /*divides=*/true);
+}
 
 // Items (v-head slices of one k-head) per CTA. One item each when the grid of one-item CTAs is resident at once
 // (`resident` CTAs per SM: batch 1-2): there is nothing to amortise and a second item would lengthen every
@@ -593,8 +658,17 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
   auto st = static_cast<cudaStream_t>(stream);
   const int V = p.step.head_v_dim;
   if (V % kRW != 0) throw Error("geo", "the CUDA verify needs head_v_dim a multiple of 8, got " + std::to_string(V));
-  const int warps = verify_warps(p.step.rows, p.step.v_heads, V);
-  const int rpc = warps * kRW, slices = V / rpc, vpk = p.step.v_heads / p.step.k_heads;
+  const size_t ssz = esize(p.step.state_dtype);
+  const int nt = verify_tiles(V, ssz), warps = verify_warps(p.step.rows, p.step.v_heads, V, nt, ssz);
+  const int rpc = warps * kRW * nt, slices = V / rpc, vpk = p.step.v_heads / p.step.k_heads;
+  auto launch = [&](auto kernel, size_t smem) {
+    allow_dynamic_smem(kernel, smem, "gdn_spec_verify");
+    int resident = 0;
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, 32 * warps, smem), "gdn_spec_verify");
+    const int ipc = verify_ipc(p.step.rows, p.step.k_heads, vpk * slices, slices, resident);
+    kernel<<<dim3(unsigned(p.step.k_heads * (vpk * slices / ipc)), unsigned(p.step.rows)), dim3(unsigned(32 * warps)),
+             smem, st>>>(p, slices, ipc);
+  };
   with_head_k(p.step.head_k_dim, [&](auto kk) {
     constexpr int K = decltype(kk)::value;
     with_float_type(p.step.state_dtype, "cache.checkpoint", [&](auto s) {
@@ -603,13 +677,8 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
         using AT = decltype(a);
         const size_t smem = verify_smem(rpc, K, int(sizeof(ST)), int(sizeof(AT)), p.history, int(esize(p.ring.k_dtype)),
                                         int(esize(p.ring.d_dtype))).total;
-        auto kernel = gdn_verify_kernel<ST, AT, K>;
-        allow_dynamic_smem(kernel, smem, "gdn_spec_verify");
-        int resident = 0;
-        check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, 32 * warps, smem), "gdn_spec_verify");
-        const int ipc = verify_ipc(p.step.rows, p.step.k_heads, vpk * slices, slices, resident);
-        kernel<<<dim3(unsigned(p.step.k_heads * (vpk * slices / ipc)), unsigned(p.step.rows)), dim3(unsigned(32 * warps)),
-                 smem, st>>>(p, slices, ipc);
+        if (nt == 2) launch(gdn_verify_kernel<ST, AT, K, 2>, smem);
+        else launch(gdn_verify_kernel<ST, AT, K, 1>, smem);
       });
     });
   });

@@ -79,6 +79,10 @@ struct ForceIpc : ScopedEnv {
 struct ForceVerifyIpc : ScopedEnv {
   explicit ForceVerifyIpc(int ipc) : ScopedEnv("REPLAYSSM_GDN_VERIFY_IPC", std::to_string(ipc)) {}
 };
+// State rows per warp and item of the speculative verify kernel (8 or 16: one or two mma tiles).
+struct ForceVerifyRows : ScopedEnv {
+  explicit ForceVerifyRows(int r) : ScopedEnv("REPLAYSSM_GDN_VERIFY_WARP_ROWS", std::to_string(r)) {}
+};
 struct ForceTile : ScopedEnv {
   explicit ForceTile(const char* tile) : ScopedEnv("REPLAYSSM_GDN_TILE", tile) {}
 };
@@ -705,6 +709,36 @@ TEST(CudaGdnSpec, ItemsPerCta) {
                       warps, geo.to_string().c_str(), dn(c.sd).c_str(), dn(c.rd).c_str(), s.out_ref, s.out_cpu, s.ck_ref,
                       s.rings_cpu, s.flushes);
           SCOPED_TRACE("ipc " + std::to_string(ipc) + " warps " + std::to_string(warps) + " " + geo.to_string());
+          expect_spec_stream_ok(s, sc);
+        }
+}
+
+// Both warp shapes of the verify (8 rows: one mma tile; 16 rows: two tiles sharing the window operand, 2 lanes
+// per row in the substitution) for every state dtype: 16 rows is 16-bit state's default and fp32's non-default,
+// 8 rows the other way round. A forced shape that does not fit V falls back (still checked).
+TEST(CudaGdnSpec, WarpRows) {
+  NEED_GPU();
+  const SpecCase cases[] = {{DType::f32, DType::bf16, DType::f32, 16, 4, 30, 5e-2, 4e-5},
+                            {DType::f32, DType::f32, DType::f32, 16, 4, 30, 4e-5, 4e-5},
+                            {DType::bf16, DType::bf16, DType::bf16, 12, 6, 30, 8e-2, 5e-2},
+                            {DType::f16, DType::f32, DType::f32, 8, 8, 30, 6e-3, 6e-3}};
+  const int shapes[3][2] = {{1, 1}, {4, 8}, {16, 4}};  // (items per CTA, warps)
+  for (int wr : {8, 16})
+    for (const auto& sh : shapes)
+      for (const GdnGeometry& geo : {GdnGeometry{2, 4, 128, 128}, GdnGeometry{1, 4, 64, 64}})
+        for (const auto& sc : cases) {
+          ForceVerifyRows fr(wr);
+          ForceVerifyIpc fi(sh[0]);
+          ForceWarps fw(sh[1]);
+          Cfg c;
+          c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
+          c.geo = geo; c.ids = {4, -1, 1, 2}; c.slots = 6; c.seed = 700 + wr + sh[0] * 4 + sh[1] + sc.window;
+          const Stats s = spec_stream(c);
+          std::printf("  [spec rows %d ipc %d warps %d %s %s/%s ring %s] out %.2e (cpu %.2e) ckpt %.2e rings %.2e flushes %d\n",
+                      wr, sh[0], sh[1], geo.to_string().c_str(), dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(),
+                      s.out_ref, s.out_cpu, s.ck_ref, s.rings_cpu, s.flushes);
+          SCOPED_TRACE("rows " + std::to_string(wr) + " ipc " + std::to_string(sh[0]) + " warps " + std::to_string(sh[1]) +
+                       " " + geo.to_string() + " " + dn(c.sd) + "/" + dn(c.ad));
           expect_spec_stream_ok(s, sc);
         }
 }
