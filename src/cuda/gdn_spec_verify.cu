@@ -44,8 +44,9 @@
 //   redundant (stores spread over them, a % LPR).
 // * Rows per warp (verify_tiles, twelfth session): NT = 1 or 2 eight-row tiles per warp and item. With two,
 //   the window operand of a chunk (q / k loads and TF32 splits), the ring term's A and the item's copy issue
-//   serve 16 rows, and the substitution has 2 lanes per row instead of 4: the per-item work is per row, so
-//   16-bit state (half the bytes per row) takes 16 rows by default.
+//   serve 16 rows, and the substitution has 2 lanes per row instead of 4. The per-item work is per row, so
+//   this matters most for 16-bit state (half the bytes per row): bf16 state 822 -> 679 us, fp32 656 -> 632 us
+//   (4B b512 T = 4); small grids keep 8-row warps (more warps in flight).
 // * Shape (verify_warps, verify_ipc): up to 8 warps (8 NT rows each; ~100 KB of shared memory at fp32 state, K = 128,
 //   history 16: 2 CTAs per SM), up to 16 items per CTA, both halved for small grids; one item per CTA when
 //   the one-item grid is resident at once (batch 1-2).
@@ -607,13 +608,17 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
 }
 
 // Rows per warp and item: 16 (two 8-row tiles sharing the window operand, the ring term's A and the item's
-// copy issue; two lanes per row in the substitution instead of four) for 16-bit state, whose per-item work
-// would otherwise cost as much as fp32's for half the bytes; 8 for fp32 state (16 would need 4-warp CTAs to
-// keep 2 CTAs per SM). REPLAYSSM_GDN_VERIFY_WARP_ROWS=8|16 forces it (16 only where it divides V).
-int verify_tiles(int V, size_t ssz) {
+// copy issue; two lanes per row in the substitution instead of four) where the grid has at least one 16-row
+// item per warp slot of the GPU (2 CTAs x 8 warps per SM), else 8: small grids want more, shorter warps.
+// Measured (H200, twelfth session, bf16 act): bf16 state 4B b512 822 -> 679 us, fp32 state 656 -> 632 us;
+// at b1 16 rows lose 5-15 %. Only with 16-bit activations: with fp32 activations the 16-row instances spill
+// (132 B) and were not measured. REPLAYSSM_GDN_VERIFY_WARP_ROWS=8|16 forces it (16 only where it divides V).
+int verify_tiles(int rows, int v_heads, int V, size_t asz) {
+  if (V % (2 * kRW) != 0) return 1;
   const int f = env_choice("REPLAYSSM_GDN_VERIFY_WARP_ROWS", {"8", "16"});
-  const int nt = f >= 0 ? f + 1 : (ssz == 2 ? 2 : 1);
-  return nt == 2 && V % (2 * kRW) == 0 ? 2 : 1;
+  if (f >= 0) return f + 1;
+  const long long items16 = (long long)rows * v_heads * (V / (2 * kRW));
+  return asz == 2 && items16 >= (long long)sm_count() * kMinCtas * kMaxWarps ? 2 : 1;
 }
 // Warps per CTA (8 nt rows each): up to kMaxWarps (4 for fp32 state with 16-row warps: shared memory),
 // dividing V, halved while the grid (in items) has fewer than kMinCtas CTAs per SM (gdn_common.cuh's cta_warps;
@@ -659,7 +664,7 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
   const int V = p.step.head_v_dim;
   if (V % kRW != 0) throw Error("geo", "the CUDA verify needs head_v_dim a multiple of 8, got " + std::to_string(V));
   const size_t ssz = esize(p.step.state_dtype);
-  const int nt = verify_tiles(V, ssz), warps = verify_warps(p.step.rows, p.step.v_heads, V, nt, ssz);
+  const int nt = verify_tiles(p.step.rows, p.step.v_heads, V, esize(p.step.act)), warps = verify_warps(p.step.rows, p.step.v_heads, V, nt, ssz);
   const int rpc = warps * kRW * nt, slices = V / rpc, vpk = p.step.v_heads / p.step.k_heads;
   auto launch = [&](auto kernel, size_t smem) {
     allow_dynamic_smem(kernel, smem, "gdn_spec_verify");
