@@ -70,6 +70,13 @@ REPLAYSSM_C_EXPORT int replayssm_mamba2_replay_decode(
     const DLTensor* checkpoint, const DLTensor* x_ring, const DLTensor* dt_ring, const DLTensor* B_ring,
     const DLTensor* cursor, const DLTensor* slot_idx, const DLTensor* out, void* stream);
 
+/* The small-batch route (mamba2.hpp, materialize): ring tokens 0..w-1 folded into the checkpoint; the cursor is
+ * only read. Then reset_cursors() once, and mamba2_decode() with state = checkpoint is exact. */
+REPLAYSSM_C_EXPORT int replayssm_mamba2_materialize(
+    int heads, int headdim, int dstate, int groups, const DLTensor* A,
+    const DLTensor* checkpoint, const DLTensor* x_ring, const DLTensor* dt_ring, const DLTensor* B_ring,
+    const DLTensor* cursor, const DLTensor* slot_idx, void* stream);
+
 REPLAYSSM_C_EXPORT int replayssm_mamba2_spec_verify(
     int heads, int headdim, int dstate, int groups, int history, int window,
     const DLTensor* x, const DLTensor* dt, const DLTensor* B, const DLTensor* C, const DLTensor* z,

@@ -75,6 +75,23 @@ struct ReplayDecodeArgs {
 };
 void replay_decode(const ReplayDecodeArgs& args, Stream stream = nullptr);
 
+// ---- ReplaySSM standard decode: make the checkpoint current (the small-batch route) ----
+// Folds each listed slot's ring tokens 0..w-1 into its checkpoint (S0 <- the state after token w-1, formed
+// in fp32, stored once in the state dtype); the cursor is only read and the rings are left as they are.
+// Run it on every layer, then reset_cursors() once on the same slots: the checkpoint is then the current
+// state, and as long as the cursors stay at 0 it is a classic state pool, so decode() with
+// state = cache.checkpoint is exact. Switching back to replay_decode() needs nothing (w = 0).
+// Why: at batch 1 the replay step is a chain of dependent loads (slot -> cursor -> ring -> dots -> output)
+// where the classic step has one, and the state bytes it saves do not decide the time (H200, Super:
+// 8.0 us amortised vs 4.8 us classic; docs/results.md). Only w.A is read.
+struct MaterializeArgs {
+  Mamba2Geometry geo;
+  Weights w;
+  ReplayCache cache;
+  TensorView slot_idx;  // [rows] int32, < 0 = padding; no slot twice
+};
+void materialize(const MaterializeArgs& args, Stream stream = nullptr);
+
 // ---- ReplaySSM speculative verify ----
 // Each row brings a window of 1..T tokens (query_start_loc). Every window position's output is
 // computed causally from the checkpoint + committed history + the window's earlier tokens; the

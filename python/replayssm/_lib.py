@@ -100,6 +100,7 @@ _SIGNATURES = {
     "replayssm_gdn_preset": ([_S, ctypes.POINTER(ctypes.c_int32)], _I),
     "replayssm_mamba2_decode": (_M2 + [_T] * 3 + [_P], _I),
     "replayssm_mamba2_replay_decode": (_M2[:4] + [_I] + _M2[4:] + [_T] * 7 + [_P], _I),
+    "replayssm_mamba2_materialize": ([_I] * 4 + [_T] * 7 + [_P], _I),
     "replayssm_mamba2_spec_verify": (_M2[:4] + [_I, _I] + _M2[4:] + [_T] * 8 + [_P], _I),
     "replayssm_mamba2_classic_spec_decode": (_M2[:4] + [_I] + _M2[4:] + [_T] * 5 + [_P], _I),
     "replayssm_gdn_decode": (_GDN + [_T] * 3 + [_P], _I),

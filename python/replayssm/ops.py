@@ -91,6 +91,20 @@ def mamba2_replay_decode(
            dt_bias, D, int(dt_softplus), checkpoint, x_ring, dt_ring, B_ring, cursor, slot_idx, out)
 
 
+@_op("checkpoint")
+def mamba2_materialize(
+    A: Tensor, checkpoint: Tensor, x_ring: Tensor, dt_ring: Tensor, B_ring: Tensor, cursor: Tensor,
+    slot_idx: Tensor,
+) -> None:
+    """The small-batch route: folds each listed slot's ring tokens 0..w-1 into its checkpoint (the cursor is
+    only read). After it on every layer, reset_cursors() once; then mamba2_decode(state=checkpoint) is exact
+    for as long as the cursors stay at 0, and mamba2_replay_decode can resume at any step."""
+    _, heads, _, headdim = _sizes(x_ring, "cache.x_ring", 4, "[slots, heads, ring, headdim]")
+    _, groups, _, dstate = _sizes(B_ring, "cache.B_ring", 4, "[slots, groups, ring, dstate]")
+    launch("replayssm_mamba2_materialize", x_ring.device, heads, headdim, dstate, groups, A, checkpoint, x_ring,
+           dt_ring, B_ring, cursor, slot_idx)
+
+
 @_op("checkpoint", "x_ring", "dt_ring", "B_ring", "out")
 def mamba2_spec_verify(
     x: Tensor, dt: Tensor, B: Tensor, C: Tensor, A: Tensor,

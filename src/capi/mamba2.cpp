@@ -50,6 +50,19 @@ int replayssm_mamba2_replay_decode(int heads, int headdim, int dstate, int group
   });
 }
 
+int replayssm_mamba2_materialize(int heads, int headdim, int dstate, int groups, const DLTensor* A,
+                                 const DLTensor* checkpoint, const DLTensor* x_ring, const DLTensor* dt_ring,
+                                 const DLTensor* B_ring, const DLTensor* cursor, const DLTensor* slot_idx, void* stream) {
+  return guarded([&] {
+    mamba2::ReplayCache cache{view(checkpoint, "cache.checkpoint"), view(x_ring, "cache.x_ring"),
+                              view(dt_ring, "cache.dt_ring"), view(B_ring, "cache.B_ring"),
+                              view(cursor, "cache.cursor")};
+    mamba2::materialize({{heads, headdim, dstate, groups}, weights(A, nullptr, nullptr, 1), cache,
+                         view(slot_idx, "slot_idx")},
+                        stream);
+  });
+}
+
 int replayssm_mamba2_spec_verify(int heads, int headdim, int dstate, int groups, int history, int window,
                                  const DLTensor* x, const DLTensor* dt, const DLTensor* B, const DLTensor* C,
                                  const DLTensor* z, const DLTensor* A, const DLTensor* dt_bias, const DLTensor* D,

@@ -12,6 +12,7 @@ void mamba2_decode(const Mamba2StepParams& p);
 
 // ReplaySSM standard decode at cursor w (read only): append at w < L-1, flush at w == L-1.
 void mamba2_replay_decode(const Mamba2ReplayParams& p);
+void mamba2_materialize(const Mamba2ReplayParams& p);  // ring tokens 0..w-1 folded into the checkpoint
 
 // ReplaySSM speculative verify (circular ring, cursor (w, origin); cursors not moved).
 void mamba2_spec_verify(const Mamba2VerifyParams& p);

@@ -10,6 +10,7 @@ namespace replayssm::cuda {
 
 void mamba2_decode(const Mamba2StepParams& p, Stream stream);           // mamba2_decode.cu
 void mamba2_replay_decode(const Mamba2ReplayParams& p, Stream stream);  // mamba2_replay_decode.cu
+void mamba2_materialize(const Mamba2ReplayParams& p, Stream stream);    // mamba2_materialize.cu
 void cursor_advance(const CursorParams& p, Stream stream);              // cursor_ops.cu
 void cursor_commit(const CursorParams& p, Stream stream);
 void cursor_reset(const CursorParams& p, Stream stream);

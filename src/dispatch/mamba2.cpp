@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/host_read.hpp"
+#include "replayssm/backend.hpp"
 #include "cpu/mamba2_ops.hpp"
 #include "dispatch/mamba2_check.hpp"
 #if defined(REPLAYSSM_WITH_CUDA)
@@ -99,6 +100,58 @@ void replay_decode(const ReplayDecodeArgs& a, Stream stream) {
     return;
   }
   cpu::mamba2_replay_decode(p);
+}
+
+void materialize(const MaterializeArgs& a, Stream stream) {
+  a.geo.validate("geo");
+  const ReplayCache& c = a.cache;
+  // No token inputs: the activation dtype and the device come from the x ring.
+  Arg xr("cache.x_ring", c.x_ring);
+  xr.required().dtype_in({DType::f32, DType::bf16, DType::f16, DType::f64}, "the activation dtype");
+  const Device dev = c.x_ring.device;
+  const DType act = c.x_ring.dtype;
+  if (dev.type == DeviceType::cuda) {
+    if (!built_with_cuda()) xr.fail("is on a CUDA device but this build has no CUDA support");
+    if (act == DType::f64) xr.fail("float64 tensors are supported on the CPU only");
+  }
+  const int64_t rows = check_index_vector("slot_idx", a.slot_idx, dev);
+  const int64_t slots = check_pool("cache.checkpoint", c.checkpoint, {{a.geo.heads, "heads"},
+                                   {a.geo.headdim, "headdim"}, {a.geo.dstate, "dstate"}}, c.checkpoint.dtype, dev, -1);
+  check_state_dtype("cache.checkpoint", c.checkpoint, act);
+  if (c.x_ring.ndim != 4) xr.shape({{slots, "slots"}, {a.geo.heads, "heads"}, {-1, "ring"}, {a.geo.headdim, "headdim"}});
+  const int64_t L = c.x_ring.shape[2];
+  if (L < 1 || L > kMaxRing)
+    xr.fail("ring length L (dim 2) must be in [1, " + std::to_string(kMaxRing) + "], got " + std::to_string(L));
+  check_rings(a.geo, c.x_ring, c.dt_ring, c.B_ring, act, dev, slots, L);
+  Arg("cache.cursor", c.cursor).required().shape({{slots, "slots"}}).dtype(DType::i32).device(dev).nonnegative_strides();
+  Arg("w.A", a.w.A).required().shape({{a.geo.heads, "heads"}}).dtype(DType::f32).device(dev).nonnegative_strides()
+      .inner_contiguous();
+
+  auto ids = check_slot_values("slot_idx", a.slot_idx, slots, stream);
+  auto cur = detail::read_int32(c.cursor, stream);
+  if (ids && cur)
+    for (int32_t s : *ids)
+      if (s >= 0) detail::check_range("cache.cursor", (*cur)[size_t(s)], 0, L, ("cursor[" + std::to_string(s) + "]").c_str());
+
+  Mamba2ReplayParams p;  // the step's token fields stay empty: materialize reads none
+  Mamba2StepParams& st = p.step;
+  st.rows = st.tokens = int(rows);
+  st.heads = int(a.geo.heads); st.headdim = int(a.geo.headdim); st.dstate = int(a.geo.dstate); st.groups = int(a.geo.groups);
+  st.act = act;
+  st.state_dtype = c.checkpoint.dtype;
+  st.A = static_cast<const float*>(a.w.A.data);
+  st.slot_idx = static_cast<const int32_t*>(a.slot_idx.data);
+  st.state = c.checkpoint.data;
+  st.state_slot = c.checkpoint.stride[0];
+  st.slots = slots;
+  p.ring = ring_params(c.x_ring, c.dt_ring, c.B_ring, c.cursor, int(L));
+  if (dev.type == DeviceType::cuda) {
+#if defined(REPLAYSSM_WITH_CUDA)
+    cuda::mamba2_materialize(p, stream);
+#endif
+    return;
+  }
+  cpu::mamba2_materialize(p);
 }
 
 void spec_verify(const VerifyArgs& a, Stream stream) {

@@ -146,3 +146,49 @@ TEST(CApi, GdnPerChannelGatesMatchTheCppOp) {
   for (float x : out_c.data) moved = moved || x != -7.f;
   EXPECT_TRUE(moved);
 }
+
+namespace {
+
+// The small-batch route through the C ABI: materialize agrees with the C++ op on the same cache, and a bad
+// cursor is named with nothing written.
+struct Rings {
+  static constexpr int H = 2, P = 4, N = 8, G = 1, L = 4, slots = 3;
+  Dl<float> A{{H}, kF32}, ckpt{{slots, H, P, N}, kF32}, xr{{slots, H, L, P}, kF32}, dtr{{slots, H, L}, kF32};
+  Dl<float> Br{{slots, G, L, N}, kF32};
+  Dl<int32_t> cursor{{slots}, kI32}, slot_idx{{2}, kI32};
+  Rings() {
+    auto fill = [](std::vector<float>& v, float scale, float bias) {
+      for (size_t i = 0; i < v.size(); ++i) v[i] = bias + scale * float(int((i * 7919) % 23) - 11) / 11.f;
+    };
+    fill(ckpt.data, 0.5f, 0.f); fill(xr.data, 1.f, 0.f); fill(dtr.data, 0.2f, 0.3f); fill(Br.data, 1.f, 0.f);
+    for (float& a : A.data) a = -0.7f;
+    cursor.data = {3, 0, 2};
+    slot_idx.data = {2, 0};
+  }
+  int run_c() {
+    return replayssm_mamba2_materialize(H, P, N, G, &A.t, &ckpt.t, &xr.t, &dtr.t, &Br.t, &cursor.t, &slot_idx.t, nullptr);
+  }
+};
+
+TEST(CApi, Mamba2MaterializeMatchesTheCppOp) {
+  Rings c, cpp;
+  const auto before = c.ckpt.data;
+  ASSERT_EQ(c.run_c(), REPLAYSSM_OK) << replayssm_last_error();
+  replayssm::mamba2::Weights w;
+  w.A = cpp.A.view();
+  replayssm::mamba2::materialize({{Rings::H, Rings::P, Rings::N, Rings::G}, w,
+                                  {cpp.ckpt.view(), cpp.xr.view(), cpp.dtr.view(), cpp.Br.view(), cpp.cursor.view()},
+                                  cpp.slot_idx.view()});
+  EXPECT_EQ(c.ckpt.data, cpp.ckpt.data);
+  EXPECT_NE(c.ckpt.data, before);  // slots 2 (w = 2) and 0 (w = 3) were folded
+  EXPECT_EQ(c.cursor.data, (std::vector<int32_t>{3, 0, 2}));  // the cursor is only read
+
+  Rings bad;
+  bad.cursor.data[2] = Rings::L;  // out of range
+  const auto ck0 = bad.ckpt.data;
+  EXPECT_EQ(bad.run_c(), REPLAYSSM_ERROR);
+  EXPECT_STREQ(replayssm_last_error_argument(), "cache.cursor");
+  EXPECT_EQ(bad.ckpt.data, ck0);
+}
+
+}  // namespace

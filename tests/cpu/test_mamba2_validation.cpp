@@ -4,6 +4,7 @@
 
 #include <functional>
 
+#include "replayssm/cursor.hpp"
 #include "replayssm/error.hpp"
 #include "support/mamba2_harness.hpp"
 
@@ -93,6 +94,50 @@ TEST(Mamba2Validation, ReplayDecodeRejectsEachBadArgument) {
     r.mut(f, a);
     expect_rejected(r.what, r.arg, f, [&] { mamba2::replay_decode(a); });
   }
+}
+
+TEST(Mamba2Validation, MaterializeRejectsEachBadArgument) {
+  using Mut = std::function<void(Fixture&, mamba2::MaterializeArgs&)>;
+  const std::vector<std::tuple<const char*, const char*, Mut>> rules = {
+      {"geometry groups do not divide heads", "geo", [](Fixture&, auto& a) { a.geo.groups = 3; }},
+      {"x_ring missing", "cache.x_ring", [](Fixture&, auto& a) { a.cache.x_ring = TensorView{}; }},
+      {"x_ring int dtype", "cache.x_ring", [](Fixture&, auto& a) { a.cache.x_ring.dtype = DType::i32; }},
+      {"x_ring ring longer than 64", "cache.x_ring", [](Fixture&, auto& a) { a.cache.x_ring.shape[2] = 65; }},
+      {"x_ring wrong headdim", "cache.x_ring", [](Fixture&, auto& a) { a.cache.x_ring.shape[3] = 8; }},
+      {"dt_ring bf16", "cache.dt_ring", [](Fixture&, auto& a) { a.cache.dt_ring.dtype = DType::bf16; }},
+      {"B_ring wrong dstate", "cache.B_ring", [](Fixture&, auto& a) { a.cache.B_ring.shape[3] = 16; }},
+      {"checkpoint wrong heads", "cache.checkpoint", [](Fixture&, auto& a) { a.cache.checkpoint.shape[1] = 2; }},
+      {"checkpoint on another device", "cache.checkpoint", [](Fixture&, auto& a) { a.cache.checkpoint.device = Device::cuda(0); }},
+      {"checkpoint float64 with bf16 rings", "cache.checkpoint", [](Fixture&, auto& a) { a.cache.checkpoint.dtype = DType::f64; }},
+      {"A missing", "w.A", [](Fixture&, auto& a) { a.w.A = TensorView{}; }},
+      {"A wrong length", "w.A", [](Fixture&, auto& a) { a.w.A.shape[0] = 3; }},
+      {"cursor int64", "cache.cursor", [](Fixture&, auto& a) { a.cache.cursor.dtype = DType::i64; }},
+      {"cursor == L", "cache.cursor", [](Fixture& f, auto&) { for (int s = 0; s < f.s.slots; ++s) f.pb.cursor.set_flat(s, 8); }},
+      {"slot id out of range", "slot_idx", [](Fixture& f, auto&) { f.pb.slot_idx.set_flat(0, 8); }},
+      {"slot id twice", "slot_idx", [](Fixture& f, auto&) { f.pb.slot_idx.set_flat(0, 5); f.pb.slot_idx.set_flat(1, 5); }},
+      {"slot_idx missing", "slot_idx", [](Fixture&, auto& a) { a.slot_idx = TensorView{}; }},
+  };
+  for (const auto& [what, arg, mut] : rules) {
+    Fixture f;
+    f.pb.make_replay_cache(8);
+    for (int i = 0; i < 3; ++i) {  // cursors at 3: a materialize that ran would change the checkpoints
+      f.pb.new_tokens(f.s.rows);
+      mamba2::replay_decode({f.s.geo, f.pb.inputs(), f.pb.weights(), f.pb.replay_cache(), f.pb.slot_idx.view(), f.pb.out.view()});
+      advance_cursors(f.pb.cursor.view(), f.pb.slot_idx.view(), 8);
+    }
+    mamba2::MaterializeArgs a{f.s.geo, f.pb.weights(), f.pb.replay_cache(), f.pb.slot_idx.view()};
+    mut(f, a);
+    expect_rejected(what, arg, f, [&] { mamba2::materialize(a); });
+  }
+  // and the baseline is accepted and does change the checkpoints
+  Fixture f;
+  f.pb.make_replay_cache(8);
+  f.pb.new_tokens(f.s.rows);
+  mamba2::replay_decode({f.s.geo, f.pb.inputs(), f.pb.weights(), f.pb.replay_cache(), f.pb.slot_idx.view(), f.pb.out.view()});
+  advance_cursors(f.pb.cursor.view(), f.pb.slot_idx.view(), 8);
+  const auto before = f.pb.state.bytes();
+  mamba2::materialize({f.s.geo, f.pb.weights(), f.pb.replay_cache(), f.pb.slot_idx.view()});
+  EXPECT_NE(f.pb.state.bytes(), before);
 }
 
 TEST(Mamba2Validation, DecodeRejectsEachBadArgument) {

@@ -216,6 +216,43 @@ def test_classic_spec_decode(device):
     assert max(state_errs) <= state_tol(torch.float32)
 
 
+def test_materialize_then_classic_decode_on_the_checkpoint(device):
+    """The small-batch route: replay steps, then mamba2_materialize + reset_cursors, then mamba2_decode on the
+    checkpoint; outputs and the final states against the float64 recurrence."""
+    H, P, N, G, L, slots = 4, 16, 8, 2, 8, 3
+    gen = torch.Generator().manual_seed(3)
+    A = (-torch.exp(uniform(gen, [H], 0, 1))).float()
+    w64 = {"A": A.double(), "dt_bias": None, "D": None, "dt_softplus": True}
+    S = uniform(gen, [slots, H, P, N], -0.5, 0.5).float().double()  # the truth's pool
+    ckpt = S.float().to(device)
+    x_ring = torch.full([slots, H, L, P], float("nan"), device=device)
+    dt_ring = torch.full([slots, H, L], float("nan"), device=device)
+    B_ring = torch.full([slots, G, L, N], float("nan"), device=device)
+    cursor = torch.zeros(slots, dtype=torch.int32, device=device)
+    rows = [2, 0]
+    slot_idx, A_d = int32(rows, device), A.to(device)
+    for step in range(12):
+        t = {"x": uniform(gen, [2, H, P], -1, 1).float(), "dt": uniform(gen, [2, H], -4, 1).float(),
+             "B": uniform(gen, [2, G, N], -1, 1).float(), "C": uniform(gen, [2, G, N], -1, 1).float()}
+        t64 = {k: v.double() for k, v in t.items()}
+        t64["z"] = None
+        S[rows], y = mamba2_token(S[rows], t64, w64)
+        x, dt, B, C = (t[k].to(device) for k in ("x", "dt", "B", "C"))
+        out = torch.empty(2, H, P, device=device)
+        if step < 5:  # w = 5 at the switch
+            ops.mamba2_replay_decode(x, dt, B, C, A_d, ckpt, x_ring, dt_ring, B_ring, cursor, slot_idx, out)
+            ops.advance_cursors(cursor, slot_idx, L)
+        else:
+            if step == 5:
+                ops.mamba2_materialize(A_d, ckpt, x_ring, dt_ring, B_ring, cursor, slot_idx)
+                ops.reset_cursors(cursor, slot_idx)
+            ops.mamba2_decode(x, dt, B, C, A_d, ckpt, slot_idx, out)
+        assert rel_err(out, y) < 1e-4, f"step {step}"
+    assert rel_err(ckpt[rows], S[rows]) < 1e-4
+    assert rel_err(ckpt[1], S[1]) == 0  # not in the batch
+    assert cursor.tolist() == [0, 0, 0]
+
+
 # ---------------- bad input ----------------
 
 
@@ -374,7 +411,7 @@ def test_torch_compile_fullgraph(device):
 
 @needs_custom_op()
 def test_ops_are_registered_and_pass_opcheck():
-    for name in ("mamba2_decode", "mamba2_replay_decode", "mamba2_spec_verify", "mamba2_classic_spec_decode",
+    for name in ("mamba2_decode", "mamba2_replay_decode", "mamba2_materialize", "mamba2_spec_verify", "mamba2_classic_spec_decode",
                  "gdn_decode", "gdn_replay_decode", "gdn_spec_verify", "gdn_classic_spec_decode",
                  "advance_cursors", "commit_cursors", "reset_cursors"):
         assert hasattr(torch.ops.replayssm, name), name
@@ -387,6 +424,7 @@ def test_ops_are_registered_and_pass_opcheck():
     torch.library.opcheck(torch.ops.replayssm.mamba2_replay_decode.default,
                           (tok["x"], tok["dt"], tok["B"], tok["C"], wd.w["A"], *c.layer(0).values(), wd.slot_idx,
                            wd.out(wd.rows)), wd.kw(tok))
+    torch.library.opcheck(torch.ops.replayssm.mamba2_materialize.default, (wd.w["A"], *c.layer(0).values(), wd.slot_idx))
     state = wd.ref.float()
     torch.library.opcheck(torch.ops.replayssm.mamba2_decode.default,
                           (tok["x"], tok["dt"], tok["B"], tok["C"], wd.w["A"], state, wd.slot_idx, wd.out(wd.rows)),

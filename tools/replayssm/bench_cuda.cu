@@ -273,6 +273,17 @@ Result run_case(const std::string& model, const Mamba2Geometry& geo, int tp, int
   res.layers = nsets;
   res.advance.us = time_graph(st, per, o.replays, [&](int i) { cursor_advance_of(sets[i % nsets]); });
   res.advance.bytes = double(batch) * 12;
+  if (L > 1) {  // the small-batch route's switch: fold (L-1)/2 ring tokens into the checkpoint, every row
+    const int wm = (L - 1) / 2;
+    set_cursors(wm);
+    res.materialize.us = time_graph(st, per, o.replays, [&](int i) {
+      Mamba2ReplayParams rp;
+      rp.step = sets[i % nsets].step;
+      rp.ring = sets[i % nsets].ring;
+      cuda::mamba2_materialize(rp, st);
+    });
+    res.materialize.bytes = double(batch) * (2.0 * H * P * N * sb + wm * (H * P * ab + H * 4.0 + G * N * ab) + 4);
+  }
   amortised_model(res.amortised_model);
   amortised(true, res.amortised);
   if (o.state_route) amortised(false, res.amortised_state);

@@ -36,6 +36,7 @@ struct Result {
   // amortised_model: per layer step of `layers` layers sharing one cursor tensor, advanced once per
   // model step (cursor.hpp); advance: one cursor_advance launch alone.
   Timing amortised_model, advance;
+  Timing materialize;  // the small-batch route's switch (mamba2::materialize), every row at fill level (L-1)/2
   int layers = 1;
   double bound_us = 0;  // amortised bytes / copy bandwidth
 };

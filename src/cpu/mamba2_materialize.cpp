@@ -1,0 +1,57 @@
+// CPU ReplaySSM materialize: the checkpoint made current. With ring tokens 0..w-1 since S0 and inclusive
+// prefix sums c_k of their deltas (c = c_{w-1} the total):
+//   S0 <- exp(A c) S0 + sum_k s_k x_k B_k^T,   s_k = delta_k exp(A (c - c_k))
+// the same fold as the flush step (mamba2_replay_decode.cpp) without a current token, formed in the
+// compute type and stored once in the state dtype. Rows at w == 0 are left as they are.
+#include "cpu/mamba2_common.hpp"
+#include "cpu/mamba2_ops.hpp"
+
+namespace replayssm::cpu {
+
+using namespace m2;
+
+template <class T>
+static void materialize_impl(const Mamba2ReplayParams& rp) {
+  const Mamba2StepParams& p = rp.step;
+  const Mamba2RingParams& ring = rp.ring;
+  const int H = p.heads, P = p.headdim, N = p.dstate, r = p.heads / p.groups, L = ring.ring;
+  const int sd = dtype_size(p.state_dtype), ad = dtype_size(p.act);
+#pragma omp parallel for collapse(2) schedule(static) if (parallel_worth_it(p.rows, p))
+  for (int row = 0; row < p.rows; ++row) {
+    for (int h = 0; h < H; ++h) {
+      const int slot = p.slot_idx[row];
+      if (slot < 0) continue;
+      const int w = ring.cursor[int64_t(slot) * ring.cursor_slot];
+      if (w <= 0) continue;
+      const int g = h / r;
+      T* buf = scratch<T, 0>(size_t(3 * w + N + size_t(w) * (P + N)));
+      T *c = buf, *s = c + w, *f = s + w, *srow = f + w, *X = srow + N, *Bm = X + size_t(w) * P;
+      const float* dtr = ring.dt_ring + int64_t(slot) * ring.dtr_slot + int64_t(h) * L;
+      T run = T(0);
+      for (int k = 0; k < w; ++k) { run += T(dtr[k]); c[k] = run; }
+      const T A = T(p.A[h]), total = decay(A, c[w - 1]);
+      for (int k = 0; k < w; ++k) s[k] = T(dtr[k]) * decay(A, c[w - 1] - c[k]);
+      const char* xr = at(ring.x_ring, p.act, int64_t(slot) * ring.xr_slot + int64_t(h) * L * P);
+      const char* Br = at(ring.B_ring, p.act, int64_t(slot) * ring.Br_slot + int64_t(g) * L * N);
+      for (int k = 0; k < w; ++k) {
+        load_row<T>(xr + int64_t(k) * P * ad, p.act, P, X + size_t(k) * P);
+        load_row<T>(Br + int64_t(k) * N * ad, p.act, N, Bm + size_t(k) * N);
+      }
+      char* S0 = at(p.state, p.state_dtype, int64_t(slot) * p.state_slot + int64_t(h) * P * N);
+      for (int i = 0; i < P; ++i) {
+        char* Srow = S0 + int64_t(i) * N * sd;
+        load_row<T>(Srow, p.state_dtype, N, srow);
+        for (int k = 0; k < w; ++k) f[k] = s[k] * X[size_t(k) * P + i];
+        fold_row<T>(srow, total, f, Bm, w, N);
+        store_row<T>(Srow, p.state_dtype, N, srow);
+      }
+    }
+  }
+}
+
+void mamba2_materialize(const Mamba2ReplayParams& p) {
+  if (p.step.act == DType::f64) materialize_impl<double>(p);
+  else materialize_impl<float>(p);
+}
+
+}  // namespace replayssm::cpu
