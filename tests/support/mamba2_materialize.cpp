@@ -40,7 +40,7 @@ double state_round_tol(DType t) {
     case DType::bf16: return 8e-3;
     case DType::f16: return 1e-3;
     case DType::f64: return 1e-12;
-    default: return 2e-6;
+    default: return 1e-5;  // fp32: one rounding plus fp32 sums over up to 63 tokens (Nano L = 64: 3e-6 seen)
   }
 }
 
