@@ -32,9 +32,9 @@ struct DevCache {
 TEST(CudaMamba2Materialize, MatchesCpuAndFloat64Fold) {
   NEED_GPU();
   struct Case { Mamba2Geometry geo; int L; bool all_pairs; };
-  const Case cases[] = {{{8, 32, 16, 4}, 8, true},
-                        {{8, 32, 16, 4}, 16, true},
-                        {{4, 40, 16, 2}, 8, true},        // headdim 40: a CTA with a partial 16-row chunk
+  const Case cases[] = {{{8, 32, 64, 4}, 8, true},
+                        {{8, 32, 64, 4}, 16, true},
+                        {{4, 40, 128, 2}, 8, true},       // headdim 40: a CTA with a partial 16-row chunk
                         {{96, 80, 128, 8}, 64, false},   // Nano, the longest ring
                         {{128, 64, 128, 8}, 16, false}};  // Super
   const DType kF[3] = {DType::f32, DType::bf16, DType::f16};
@@ -79,7 +79,7 @@ TEST(CudaMamba2Materialize, MatchesCpuAndFloat64Fold) {
 // Teeth: a ring delta corrupted on the device copy must show.
 TEST(CudaMamba2Materialize, TeethCorruptRing) {
   NEED_GPU();
-  Filled f = fill_rings({8, 32, 16, 4}, {DType::f32, DType::bf16}, 16, 77);
+  Filled f = fill_rings({8, 32, 64, 4}, {DType::f32, DType::bf16}, 16, 77);
   Problem& a = f.a;
   int slot = -1;
   for (int s : f.batch_slots)
