@@ -107,6 +107,13 @@ REPLAYSSM_C_EXPORT int replayssm_gdn_replay_decode(
     const DLTensor* checkpoint, const DLTensor* d_ring, const DLTensor* k_ring, const DLTensor* g_ring,
     const DLTensor* cursor, const DLTensor* slot_idx, const DLTensor* out, void* stream);
 
+/* The small-batch route (gdn.hpp, materialize): ring tokens 0..w-1 folded into the checkpoint; the cursor is
+ * only read. Then reset_cursors() once, and gdn_decode() with state = checkpoint is exact. */
+REPLAYSSM_C_EXPORT int replayssm_gdn_materialize(
+    int k_heads, int v_heads, int head_k_dim, int head_v_dim,
+    const DLTensor* checkpoint, const DLTensor* d_ring, const DLTensor* k_ring, const DLTensor* g_ring,
+    const DLTensor* cursor, const DLTensor* slot_idx, void* stream);
+
 REPLAYSSM_C_EXPORT int replayssm_gdn_spec_verify(
     int k_heads, int v_heads, int head_k_dim, int head_v_dim, int history, int window,
     const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* a, const DLTensor* b,

@@ -105,6 +105,7 @@ _SIGNATURES = {
     "replayssm_mamba2_classic_spec_decode": (_M2[:4] + [_I] + _M2[4:] + [_T] * 5 + [_P], _I),
     "replayssm_gdn_decode": (_GDN + [_T] * 3 + [_P], _I),
     "replayssm_gdn_replay_decode": (_GDN + [_T] * 7 + [_P], _I),
+    "replayssm_gdn_materialize": ([_I] * 4 + [_T] * 6 + [_P], _I),
     "replayssm_gdn_spec_verify": (_GDN[:4] + [_I, _I] + _GDN[4:] + [_T] * 8 + [_P], _I),
     "replayssm_gdn_classic_spec_decode": (_GDN[:4] + [_I] + _GDN[4:] + [_T] * 5 + [_P], _I),
     "replayssm_advance_cursors": ([_T, _T, _I, _P], _I),

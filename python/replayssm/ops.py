@@ -156,6 +156,19 @@ def gdn_replay_decode(
            float(scale), int(qk_l2norm), checkpoint, d_ring, k_ring, g_ring, cursor, slot_idx, out)
 
 
+@_op("checkpoint")
+def gdn_materialize(
+    checkpoint: Tensor, d_ring: Tensor, k_ring: Tensor, g_ring: Tensor, cursor: Tensor, slot_idx: Tensor,
+) -> None:
+    """The small-batch route: folds each listed slot's ring tokens 0..w-1 into its checkpoint (the cursor is only
+    read). After it on every layer, reset_cursors() once; then gdn_decode(state=checkpoint) is exact for as long as
+    the cursors stay at 0, and gdn_replay_decode can resume at any step."""
+    _, v_heads, head_v_dim, head_k_dim = _sizes(checkpoint, "cache.checkpoint", 4, "[slots, v_heads, head_v_dim, head_k_dim]")
+    k_heads = _sizes(k_ring, "cache.k_ring", 4, "[slots, k_heads, ring, head_k_dim]")[1]
+    launch("replayssm_gdn_materialize", checkpoint.device, k_heads, v_heads, head_k_dim, head_v_dim, checkpoint, d_ring,
+           k_ring, g_ring, cursor, slot_idx)
+
+
 @_op("checkpoint", "d_ring", "k_ring", "g_ring", "out")
 def gdn_spec_verify(
     q: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, A_log: Tensor, dt_bias: Tensor,

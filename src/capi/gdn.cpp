@@ -49,6 +49,18 @@ int replayssm_gdn_replay_decode(int k_heads, int v_heads, int head_k_dim, int he
   });
 }
 
+int replayssm_gdn_materialize(int k_heads, int v_heads, int head_k_dim, int head_v_dim, const DLTensor* checkpoint,
+                              const DLTensor* d_ring, const DLTensor* k_ring, const DLTensor* g_ring,
+                              const DLTensor* cursor, const DLTensor* slot_idx, void* stream) {
+  return guarded([&] {
+    gdn::materialize({{k_heads, v_heads, head_k_dim, head_v_dim},
+                      {view(checkpoint, "cache.checkpoint"), view(d_ring, "cache.d_ring"), view(k_ring, "cache.k_ring"),
+                       view(g_ring, "cache.g_ring"), view(cursor, "cache.cursor")},
+                      view(slot_idx, "slot_idx")},
+                     stream);
+  });
+}
+
 int replayssm_gdn_spec_verify(int k_heads, int v_heads, int head_k_dim, int head_v_dim, int history, int window,
                               const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* a,
                               const DLTensor* b, const DLTensor* A_log, const DLTensor* dt_bias, float scale,

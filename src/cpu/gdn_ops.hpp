@@ -8,6 +8,7 @@ namespace replayssm::cpu {
 
 void gdn_decode(const GdnStepParams& p);                  // gdn_decode.cpp
 void gdn_replay_decode(const GdnReplayParams& p);         // gdn_replay_decode.cpp
+void gdn_materialize(const GdnReplayParams& p);           // gdn_materialize.cpp
 void gdn_spec_verify(const GdnVerifyParams& p);           // gdn_spec_verify.cpp
 void gdn_classic_spec(const GdnClassicSpecParams& p);     // gdn_classic_spec.cpp
 

@@ -20,6 +20,7 @@ void mamba2_classic_spec(const Mamba2ClassicSpecParams& p, Stream stream);  // m
 // Gated DeltaNet (issue 6); head_k_dim, head_v_dim in {64, 128} (checked in src/dispatch/gdn.cpp).
 void gdn_decode(const GdnStepParams& p, Stream stream);             // gdn_decode.cu
 void gdn_replay_decode(const GdnReplayParams& p, Stream stream);    // gdn_replay_decode.cu
+void gdn_materialize(const GdnReplayParams& p, Stream stream);      // gdn_materialize.cu
 void gdn_spec_verify(const GdnVerifyParams& p, Stream stream);      // gdn_spec_verify.cu
 void gdn_classic_spec(const GdnClassicSpecParams& p, Stream stream);  // gdn_classic_spec.cu
 

@@ -290,6 +290,57 @@ void replay_decode(const ReplayDecodeArgs& a, Stream stream) {
   cpu::gdn_replay_decode(p);
 }
 
+void materialize(const MaterializeArgs& a, Stream stream) {
+  a.geo.validate("geo");
+  const ReplayCache& cc = a.cache;
+  // No token inputs: the device comes from the checkpoint, the "activation dtype" the rings may use from the
+  // rings themselves (float32, or one 16-bit dtype shared by d and k; float64 with a float64 checkpoint).
+  Checked c;
+  Arg ck("cache.checkpoint", cc.checkpoint);
+  ck.required();
+  c.dev = cc.checkpoint.device;
+  c.act = cc.checkpoint.dtype == DType::f64 ? DType::f64
+          : cc.d_ring.defined() && cc.d_ring.dtype != DType::f32 ? cc.d_ring.dtype
+          : cc.k_ring.defined() && cc.k_ring.dtype != DType::f32 ? cc.k_ring.dtype : DType::f32;
+  c.gate_ch = cc.g_ring.defined() && cc.g_ring.ndim == 4;
+  Arg s("slot_idx", a.slot_idx);
+  s.required().nonnegative_strides().device(c.dev).dtype(DType::i32).shape({{-1, "rows"}});
+  c.rows = a.slot_idx.shape[0];
+  check_state("cache.checkpoint", cc.checkpoint, a.geo, c, -1);
+  const int64_t slots = cc.checkpoint.shape[0];
+  const int L = check_rings(cc.d_ring, cc.k_ring, cc.g_ring, cc.cursor, a.geo, c, slots, -1, 1);
+  check_cuda_limits(c, a.geo, cc.checkpoint, "cache.checkpoint");
+  if (c.dev.type == DeviceType::cuda && L > 64)
+    throw Error("cache.d_ring", "the CUDA materialize supports ring lengths 1..64, got " + str(L));
+  if (const auto sl = read_slots(a.slot_idx, slots, stream)) {
+    const std::vector<int32_t> cur = *detail::read_int32(cc.cursor, stream);
+    for (int32_t sv : *sl)
+      if (sv >= 0) detail::check_range("cache.cursor", cur[size_t(sv)], 0, L, ("cursor[" + str(sv) + "] (0 <= w < ring length)").c_str());
+  }
+  if (c.rows == 0) return;
+  GdnReplayParams p;  // the step's token fields stay empty: materialize reads none
+  GdnStepParams& st = p.step;
+  st.rows = st.tokens = int(c.rows);
+  st.k_heads = int(a.geo.k_heads); st.v_heads = int(a.geo.v_heads);
+  st.head_k_dim = int(a.geo.head_k_dim); st.head_v_dim = int(a.geo.head_v_dim);
+  st.act = c.act;
+  st.state_dtype = cc.checkpoint.dtype;
+  st.gate_per_channel = c.gate_ch;
+  st.slot_idx = static_cast<const int32_t*>(a.slot_idx.data);
+  st.slot_idx_stride = a.slot_idx.stride[0];
+  st.state = cc.checkpoint.data;
+  st.state_slot = cc.checkpoint.stride[0];
+  st.slots = slots;
+  p.ring = make_ring(cc.d_ring, cc.k_ring, cc.g_ring, cc.cursor, L);
+  if (on_cuda(c, "materialize")) {
+#if defined(REPLAYSSM_WITH_CUDA)
+    cuda::gdn_materialize(p, stream);
+#endif
+    return;
+  }
+  cpu::gdn_materialize(p);
+}
+
 void spec_verify(const VerifyArgs& a, Stream stream) {
   a.spec.validate("spec");
   const Checked c = check_common(a.geo, a.in, a.w, a.out, a.slot_idx, -1, false);

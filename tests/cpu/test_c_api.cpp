@@ -192,3 +192,38 @@ TEST(CApi, Mamba2MaterializeMatchesTheCppOp) {
 }
 
 }  // namespace
+
+namespace {
+
+// The GDN small-batch route through the C ABI: materialize agrees with the C++ op on the same cache.
+TEST(CApi, GdnMaterializeMatchesTheCppOp) {
+  constexpr int H = 1, HV = 2, K = 4, V = 4, L = 4, slots = 2;
+  struct C {
+    Dl<float> ck{{slots, HV, V, K}, kF32}, d{{slots, HV, L, V}, kF32}, k{{slots, H, L, K}, kF32}, g{{slots, HV, L}, kF32};
+    Dl<int32_t> cursor{{slots}, kI32}, ids{{1}, kI32};
+    C() {
+      for (size_t i = 0; i < ck.data.size(); ++i) ck.data[i] = float(int((i * 7919) % 23) - 11) / 22.f;
+      for (size_t i = 0; i < d.data.size(); ++i) d.data[i] = float(int((i * 104729) % 19) - 9) / 9.f;
+      for (size_t i = 0; i < k.data.size(); ++i) k.data[i] = float(int((i * 1299709) % 17) - 8) / 8.f;
+      for (size_t i = 0; i < g.data.size(); ++i) g.data[i] = -0.1f * float(i % 5 + 1);
+      cursor.data = {0, 3};
+      ids.data = {1};
+    }
+  } c, cpp;
+  const auto before = c.ck.data;
+  ASSERT_EQ(replayssm_gdn_materialize(H, HV, K, V, &c.ck.t, &c.d.t, &c.k.t, &c.g.t, &c.cursor.t, &c.ids.t, nullptr),
+            REPLAYSSM_OK)
+      << replayssm_last_error();
+  replayssm::gdn::materialize({{H, HV, K, V}, {cpp.ck.view(), cpp.d.view(), cpp.k.view(), cpp.g.view(), cpp.cursor.view()},
+                               cpp.ids.view()});
+  EXPECT_EQ(c.ck.data, cpp.ck.data);
+  EXPECT_NE(c.ck.data, before);
+  c.cursor.data[1] = L;  // out of range: named, nothing written
+  const auto ck1 = c.ck.data;
+  EXPECT_EQ(replayssm_gdn_materialize(H, HV, K, V, &c.ck.t, &c.d.t, &c.k.t, &c.g.t, &c.cursor.t, &c.ids.t, nullptr),
+            REPLAYSSM_ERROR);
+  EXPECT_STREQ(replayssm_last_error_argument(), "cache.cursor");
+  EXPECT_EQ(c.ck.data, ck1);
+}
+
+}  // namespace

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "device_tensor.hpp"
+#include "gdn_device.hpp"
 #include "scoped_env.hpp"
 #include "replayssm/backend.hpp"
 #include "replayssm/error.hpp"
@@ -28,6 +29,7 @@ namespace replayssm::test {
 namespace {
 
 using namespace replayssm::test::gdn;
+using namespace replayssm::test::gdn_device;
 namespace G = replayssm::gdn;
 namespace ref = replayssm::reference::gdn;
 
@@ -90,54 +92,6 @@ const char* const kTiles[2] = {"quad", "wide"};
 
 const DType kF[3] = {DType::f32, DType::bf16, DType::f16};
 std::string dn(DType t) { return std::string(dtype_name(t)); }
-
-// A host tensor with a device twin.
-struct Mir {
-  HostTensor h;
-  DeviceTensor d;
-  explicit Mir(HostTensor x) : h(std::move(x)), d(h) {}
-  void up() { d.upload(h); }
-  void down() { d.download(h); }
-};
-// The device view matching a (sub-)view of host tensor h.
-TensorView dview(const TensorView& hv, const HostTensor& h, const DeviceTensor& d) {
-  TensorView v = hv;
-  v.data = static_cast<char*>(d.data()) + (static_cast<const uint8_t*>(hv.data) - h.bytes().data());
-  v.device = Device::cuda(0);
-  return v;
-}
-
-struct DevTokens {
-  Tokens t;
-  DeviceTensor qkv, a, b;
-  explicit DevTokens(Tokens x) : t(std::move(x)), qkv(t.qkv), a(t.a), b(t.b) {}
-  G::TokenInputs view() const {
-    const G::TokenInputs h = t.view();
-    return {dview(h.q, t.qkv, qkv), dview(h.k, t.qkv, qkv), dview(h.v, t.qkv, qkv), dview(h.a, t.a, a), dview(h.b, t.b, b)};
-  }
-};
-
-struct DevWeights {
-  Weights w;
-  DeviceTensor A, dt;
-  explicit DevWeights(Weights x) : w(std::move(x)), A(w.A_log), dt(w.dt_bias) {}
-  G::Weights view() const {
-    G::Weights v = w.view();
-    v.A_log = A.view();
-    v.dt_bias = dt.view();
-    return v;
-  }
-};
-
-struct DevCaches {
-  std::unique_ptr<Mir> ck, d, k, g, cur;
-  explicit DevCaches(const ReplayCaches& c)
-      : ck(new Mir(c.checkpoint)), d(new Mir(c.d_ring)), k(new Mir(c.k_ring)), g(new Mir(c.g_ring)), cur(new Mir(c.cursor)) {}
-  G::ReplayCache view() const { return {ck->d.view(), d->d.view(), k->d.view(), g->d.view(), cur->d.view()}; }
-  G::SpecCache spec_view() const { return {ck->d.view(), d->d.view(), k->d.view(), g->d.view(), cur->d.view()}; }
-  void down() { ck->down(); d->down(); k->down(); g->down(); cur->down(); }
-  void up() { ck->up(); d->up(); k->up(); g->up(); cur->up(); }
-};
 
 // Element-wise closeness of two tensors holding NaN poison in the same places.
 double nan_aware_err(const HostTensor& a, const HostTensor& b) {

@@ -8,7 +8,7 @@ import torch
 
 import replayssm
 from conftest import (DTYPE_PAIRS, SENTINEL, SHORT, assert_rejected, cuda_only, distinct_slots, int32, out_tol, pair_id,
-                      rounded, skip_unsupported, state_tol, uniform)
+                      rel_err, rounded, skip_unsupported, state_tol, uniform)
 from replayssm import ops
 from streams import classic_spec_stream, decode_stream, replay_stream, spec_stream
 
@@ -203,6 +203,40 @@ def test_classic_spec_decode(device):
     out_errs, state_errs = classic_spec_stream(wd, T, steps, decode, carry_stored=True)
     assert max(out_errs) <= wd.tol()
     assert max(state_errs) <= state_tol(torch.float32)
+
+
+def test_materialize_then_classic_decode_on_the_checkpoint(device):
+    """The small-batch route: replay steps, then gdn_materialize + reset_cursors, then gdn_decode on the checkpoint,
+    against gdn_decode on a classic pool that started from the same states."""
+    H, HV, K, V, L, slots = 2, 4, 64, 64, 8, 3
+    gen = torch.Generator().manual_seed(5)
+    A_log, dt_bias = uniform(gen, [HV], 0, 2.7).float().to(device), uniform(gen, [HV], -6, -2).float().to(device)
+    ckpt = uniform(gen, [slots, HV, V, K], -0.2, 0.2).float().to(device)
+    pool = ckpt.clone()
+    d_ring = torch.full([slots, HV, L, V], float("nan"), device=device)
+    k_ring = torch.full([slots, H, L, K], float("nan"), device=device)
+    g_ring = torch.full([slots, HV, L], float("nan"), device=device)
+    cursor = torch.zeros(slots, dtype=torch.int32, device=device)
+    rows = [2, 0]
+    slot_idx = int32(rows, device)
+    for step in range(12):
+        q, k = (uniform(gen, [2, H, K], -1, 1).float().to(device) for _ in range(2))
+        v = uniform(gen, [2, HV, V], -1, 1).float().to(device)
+        a, b = (uniform(gen, [2, HV], -2, 2).float().to(device) for _ in range(2))
+        out_a, out_b = torch.empty(2, HV, V, device=device), torch.empty(2, HV, V, device=device)
+        if step < 5:  # w = 5 at the switch
+            ops.gdn_replay_decode(q, k, v, a, b, A_log, dt_bias, ckpt, d_ring, k_ring, g_ring, cursor, slot_idx, out_a)
+            ops.advance_cursors(cursor, slot_idx, L)
+        else:
+            if step == 5:
+                ops.gdn_materialize(ckpt, d_ring, k_ring, g_ring, cursor, slot_idx)
+                ops.reset_cursors(cursor, slot_idx)
+            ops.gdn_decode(q, k, v, a, b, A_log, dt_bias, ckpt, slot_idx, out_a)
+        ops.gdn_decode(q, k, v, a, b, A_log, dt_bias, pool, slot_idx, out_b)
+        assert rel_err(out_a, out_b) < 1e-4, f"step {step}"
+    assert rel_err(ckpt[rows], pool[rows]) < 1e-4
+    assert rel_err(ckpt[1], pool[1]) == 0  # not in the batch
+    assert cursor.tolist() == [0, 0, 0]
 
 
 # ---------------- bad input ----------------

@@ -412,7 +412,7 @@ def test_torch_compile_fullgraph(device):
 @needs_custom_op()
 def test_ops_are_registered_and_pass_opcheck():
     for name in ("mamba2_decode", "mamba2_replay_decode", "mamba2_materialize", "mamba2_spec_verify", "mamba2_classic_spec_decode",
-                 "gdn_decode", "gdn_replay_decode", "gdn_spec_verify", "gdn_classic_spec_decode",
+                 "gdn_decode", "gdn_replay_decode", "gdn_materialize", "gdn_spec_verify", "gdn_classic_spec_decode",
                  "advance_cursors", "commit_cursors", "reset_cursors"):
         assert hasattr(torch.ops.replayssm, name), name
     wd = World(GEOMETRIES["super/tp8"], torch.float32, torch.float32, torch.device("cpu"), seed=7)

@@ -212,6 +212,13 @@ void run_bench_gdn(const BenchGdnOptions& o) {
         }
       });
       report("amortised, " + std::to_string(ns) + " layers", 0, t_model, cyc_bytes / L, t_classic, ns, classic_bytes);
+      if (L > 1) {  // the small-batch route's switch (gdn.hpp, materialize): L/2 ring tokens folded, every row
+        upload(cur, std::vector<int32_t>(size_t(rs), L / 2));
+        const double t_mat = time_graph(st, o.reps, per, [&] {
+          for (int i = 0; i < per; ++i) gdn::materialize({geo, cache, sid(i % ns)}, st);
+        });
+        report("materialize w=L/2", 0, t_mat, B * (2 * state_b + ring_read(L / 2)), t_classic, ns, classic_bytes);
+      }
 
       // speculative: classic spec path vs verify + commit
       for (int T : o.windows) {

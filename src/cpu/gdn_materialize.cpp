@@ -1,0 +1,69 @@
+// CPU ReplaySSM materialize for Gated DeltaNet: the checkpoint made current. With G_j the inclusive prefix
+// sums of the ring's log-decays g and G the total (per key channel with per-channel gates),
+//   S0 <- exp(G) S0 + sum_{j<w} exp(G - G_j) d_j k_j^T        (per-channel: S0 diag(exp(G)) + sum_j d_j (k_j o exp(G - G_j))^T)
+// the flush step's fold (gdn_replay_decode.cpp) without a current token, in the same order, stored once in the
+// state dtype. Rows at w == 0 are left as they are.
+#include <cmath>
+#include <vector>
+
+#include "cpu/gdn_common.hpp"
+#include "cpu/gdn_ops.hpp"
+
+namespace replayssm::cpu {
+namespace {
+
+using namespace gdn_detail;
+
+template <class T>
+void run(const GdnReplayParams& P) {
+  const GdnStepParams& p = P.step;
+  const GdnRingParams& R = P.ring;
+  const int HV = p.v_heads, K = p.head_k_dim, V = p.head_v_dim, L = R.ring, vpk = HV / p.k_heads;
+  const bool per_channel = p.gate_per_channel;
+#pragma omp parallel
+  {
+    std::vector<T> om(L), G(size_t(L) * K), kh(size_t(L) * K), dh(size_t(L) * V), tot(K), Sp(size_t(V) * K);
+#pragma omp for collapse(2) schedule(static)
+    for (int r = 0; r < p.rows; ++r)
+      for (int hv = 0; hv < HV; ++hv) {
+        const int32_t slot = slot_of(p, r);
+        if (slot < 0) continue;
+        const int w = R.cursor[slot * R.cursor_slot];
+        if (w <= 0) continue;
+        const int h = hv / vpk;
+        const void* gr = at(R.g_ring, R.g_dtype, slot * R.gr_slot + int64_t(hv) * L * (per_channel ? K : 1));
+        const void* dr = at(R.d_ring, R.d_dtype, slot * R.dr_slot + int64_t(hv) * L * V);
+        const void* kr = at(R.k_ring, R.k_dtype, slot * R.kr_slot + int64_t(h) * L * K);
+        load_row<T>(dr, R.d_dtype, w * V, dh.data());
+        load_row<T>(kr, R.k_dtype, w * K, kh.data());
+        void* S0 = at(p.state, p.state_dtype, slot * p.state_slot + int64_t(hv) * V * K);
+        if (per_channel) {
+          load_row<T>(gr, R.g_dtype, w * K, G.data());
+          decay_history_per_channel(G.data(), kh.data(), tot.data(), w, K);
+          materialise_per_channel(S0, p.state_dtype, tot.data(), dh.data(), kh.data(), w, V, K, Sp.data());
+        } else {
+          T Gs = 0;
+          for (int j = 0; j < w; ++j) { Gs += load_one<T>(gr, R.g_dtype, j); om[j] = Gs; }
+          for (int j = 0; j < w; ++j) om[j] = std::exp(Gs - om[j]);
+          const T t = std::exp(Gs);
+          for (int i = 0; i < V; ++i) {
+            T* si = &Sp[size_t(i) * K];
+            load_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, si);
+            for (int c = 0; c < K; ++c) si[c] *= t;
+          }
+          for (int j = 0; j < w; ++j)
+            for (int i = 0; i < V; ++i) axpy(om[j] * dh[size_t(j) * V + i], &kh[size_t(j) * K], &Sp[size_t(i) * K], K);
+        }
+        store_row<T>(S0, p.state_dtype, V * K, Sp.data());
+      }
+  }
+}
+
+}  // namespace
+
+void gdn_materialize(const GdnReplayParams& p) {
+  if (p.step.act == DType::f64) run<double>(p);
+  else run<float>(p);
+}
+
+}  // namespace replayssm::cpu

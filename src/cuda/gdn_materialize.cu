@@ -1,0 +1,104 @@
+// Gated DeltaNet ReplaySSM materialize on the GPU: ring tokens 0..w-1 folded into the checkpoint (semantics:
+// src/cpu/gdn_materialize.cpp; per-v-head gates only, as every CUDA GDN kernel). The same shape as the Mamba-2
+// one (mamba2_materialize.cu), with V rows for P, K columns for N, d_j[i] for x_k[i], k_j[c] for B_k[j] and
+// om_j = exp(G - G_j) for s_k: one CTA per (v-head, row, 16 state rows); warp 0 scans the log-decays with
+// shuffles; a thread owns column c of 4-8 consecutive rows, its state values loaded before the CTA's first
+// barrier, and per ring token does one k load, vector loads of the weights f_j[i] = om_j d_j[i] and 4-8 FMAs.
+// The rings' dtypes (fp32 or the activation dtype) are read at run time: only the staging touches them.
+#include "cuda/common.cuh"
+#include "cuda/gdn_common.cuh"
+#include "cuda/launch_util.cuh"
+#include "cuda/ops.hpp"
+
+namespace replayssm::cuda {
+namespace {
+
+using gdn::ld_any;
+
+constexpr int kThreads = 256;
+constexpr int kRows = 16;  // state rows (of V) per CTA
+
+template <class ST, int K>
+__global__ void __launch_bounds__(kThreads) gdn_materialize_kernel(const GdnReplayParams P) {
+  constexpr int RG = kThreads / K, RPT = kRows / RG;  // K = 128: 2 row groups of 8 rows; K = 64: 4 of 4
+  const GdnStepParams& p = P.step;
+  const GdnRingParams& R = P.ring;
+  const int hv = blockIdx.x, row = blockIdx.y, i0 = blockIdx.z * kRows;
+  const int slot = p.slot_idx[int64_t(row) * p.slot_idx_stride];
+  if (slot < 0 || slot >= p.slots) return;  // padding row (or a bad id: left alone)
+  const int L = R.ring, w = R.cursor[int64_t(slot) * R.cursor_slot];
+  if (w <= 0 || w >= L) return;  // nothing to fold (or a corrupt cursor: left alone)
+  const int V = p.head_v_dim, h = hv / (p.v_heads / p.k_heads), ni = min(kRows, V - i0);
+  const int tid = threadIdx.x, c = tid % K, r0 = (tid / K) * RPT;
+  extern __shared__ __align__(16) float s_dyn[];
+  float* s_f = s_dyn;             // [w][kRows]: d_j of this CTA's rows, then f_j = om_j d_j
+  float* s_k = s_f + w * kRows;   // [w][K]
+  __shared__ float s_om[64], s_tot;
+
+  ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + (int64_t(hv) * V + i0) * K + c;
+  float a[RPT];
+#pragma unroll
+  for (int m = 0; m < RPT; ++m) a[m] = r0 + m < ni ? Traits<ST>::to_f(S[(r0 + m) * K]) : 0.f;
+
+  const int64_t d0 = int64_t(slot) * R.dr_slot + int64_t(hv) * L * V + i0;  // element offsets in the rings
+  const int64_t k0 = int64_t(slot) * R.kr_slot + int64_t(h) * L * K;
+  for (int e = tid; e < w * kRows; e += kThreads) {
+    const int j = e / kRows, i = e % kRows;
+    s_f[e] = i < ni ? ld_any(R.d_ring, d0 + int64_t(j) * V + i, R.d_dtype) : 0.f;
+  }
+  for (int e = tid; e < w * K; e += kThreads) s_k[e] = ld_any(R.k_ring, k0 + e, R.k_dtype);
+  if (tid < 32) {  // warp 0: the <= 63 log-decays (two per lane), their prefix sums, om_j = exp(G - G_j)
+    const float* gr = static_cast<const float*>(R.g_ring) + int64_t(slot) * R.gr_slot + int64_t(hv) * L;
+    const float g0 = tid < w ? gr[tid] : 0.f, g1 = tid + 32 < w ? gr[tid + 32] : 0.f;
+    const float G0 = warp_inclusive_sum(g0, tid);
+    const float G1 = warp_inclusive_sum(g1, tid) + __shfl_sync(0xffffffffu, G0, 31);
+    const float G = __shfl_sync(0xffffffffu, G1, 31);  // the total
+    if (tid < w) s_om[tid] = expf(G - G0);
+    if (tid + 32 < w) s_om[tid + 32] = expf(G - G1);
+    if (tid == 0) s_tot = expf(G);
+  }
+  __syncthreads();
+  for (int e = tid; e < w * kRows; e += kThreads) s_f[e] *= s_om[e / kRows];
+  __syncthreads();
+
+  const float tot = s_tot;
+#pragma unroll
+  for (int m = 0; m < RPT; ++m) a[m] *= tot;
+  for (int j = 0; j < w; ++j) {
+    const float kc = s_k[j * K + c];
+    const float4* f4 = reinterpret_cast<const float4*>(s_f + j * kRows + r0);
+#pragma unroll
+    for (int q = 0; q < RPT / 4; ++q) {
+      const float4 f = f4[q];
+      a[4 * q] = fmaf(f.x, kc, a[4 * q]);
+      a[4 * q + 1] = fmaf(f.y, kc, a[4 * q + 1]);
+      a[4 * q + 2] = fmaf(f.z, kc, a[4 * q + 2]);
+      a[4 * q + 3] = fmaf(f.w, kc, a[4 * q + 3]);
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < RPT; ++m)
+    if (r0 + m < ni) S[(r0 + m) * K] = Traits<ST>::from_f(a[m]);
+}
+
+}  // namespace
+
+void gdn_materialize(const GdnReplayParams& p, Stream stream) {
+  const GdnStepParams& s = p.step;
+  if (s.rows <= 0 || p.ring.ring <= 1) return;  // L = 1: the ring never holds a token
+  const int L = p.ring.ring;
+  const size_t smem = size_t(L - 1) * (kRows + s.head_k_dim) * sizeof(float);
+  auto launch = [&](auto kernel) {
+    allow_dynamic_smem(kernel, smem, "gdn::materialize");
+    kernel<<<dim3(unsigned(s.v_heads), unsigned(s.rows), unsigned((s.head_v_dim + kRows - 1) / kRows)), kThreads, smem,
+             static_cast<cudaStream_t>(stream)>>>(p);
+  };
+  with_float_type(s.state_dtype, "cache.checkpoint", [&](auto st) {
+    using ST = decltype(st);
+    if (s.head_k_dim == 128) launch(gdn_materialize_kernel<ST, 128>);
+    else launch(gdn_materialize_kernel<ST, 64>);  // the dispatch admits 64 and 128 only
+  });
+  check_launch("gdn::materialize");
+}
+
+}  // namespace replayssm::cuda
