@@ -8,6 +8,7 @@
 #include "cuda/common.cuh"
 #include "cuda/gdn_common.cuh"
 #include "cuda/launch_util.cuh"
+#include "cuda/materialize_fold.cuh"
 #include "cuda/ops.hpp"
 
 namespace replayssm::cuda {
@@ -16,7 +17,7 @@ namespace {
 using gdn::ld_any;
 
 constexpr int kThreads = 256;
-constexpr int kRows = 16;  // state rows (of V) per CTA
+constexpr int kRows = kMaterializeRows;  // state rows (of V) per CTA
 
 template <class ST, int K>
 __global__ void __launch_bounds__(kThreads) gdn_materialize_kernel(const GdnReplayParams P) {
@@ -61,21 +62,7 @@ __global__ void __launch_bounds__(kThreads) gdn_materialize_kernel(const GdnRepl
   for (int e = tid; e < w * kRows; e += kThreads) s_f[e] *= s_om[e / kRows];
   __syncthreads();
 
-  const float tot = s_tot;
-#pragma unroll
-  for (int m = 0; m < RPT; ++m) a[m] *= tot;
-  for (int j = 0; j < w; ++j) {
-    const float kc = s_k[j * K + c];
-    const float4* f4 = reinterpret_cast<const float4*>(s_f + j * kRows + r0);
-#pragma unroll
-    for (int q = 0; q < RPT / 4; ++q) {
-      const float4 f = f4[q];
-      a[4 * q] = fmaf(f.x, kc, a[4 * q]);
-      a[4 * q + 1] = fmaf(f.y, kc, a[4 * q + 1]);
-      a[4 * q + 2] = fmaf(f.z, kc, a[4 * q + 2]);
-      a[4 * q + 3] = fmaf(f.w, kc, a[4 * q + 3]);
-    }
-  }
+  materialize_fold<RPT>(a, s_tot, s_f, s_k, w, K, c, r0);
 #pragma unroll
   for (int m = 0; m < RPT; ++m)
     if (r0 + m < ni) S[(r0 + m) * K] = Traits<ST>::from_f(a[m]);

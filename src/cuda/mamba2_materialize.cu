@@ -12,13 +12,14 @@
 // column of 4-8 rows: per ring token one B load, vector loads of the weights, 4-8 FMAs.
 #include "cuda/common.cuh"
 #include "cuda/launch_util.cuh"
+#include "cuda/materialize_fold.cuh"
 #include "cuda/ops.hpp"
 
 namespace replayssm::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kRows = 16;  // state rows (of P) per CTA: 4-5 CTAs per (head, row), so batch 1 fills the GPU
+constexpr int kRows = kMaterializeRows;  // state rows (of P) per CTA: 4-5 CTAs per (head, row), so batch 1 fills the GPU
 
 // A thread owns column j = tid % N of RPT consecutive rows r0 = (tid / N) RPT ..: per ring token one B load, its
 // RPT weights f_k[i] = s_k x_k[i] as vector loads (the same for the threads of a row group: broadcast) and RPT
@@ -67,21 +68,7 @@ __global__ void __launch_bounds__(kThreads) materialize_kernel(const Mamba2Repla
   for (int e = tid; e < w * kRows; e += kThreads) s_f[e] *= s_s[e / kRows];
   __syncthreads();
 
-  const float total = s_total;
-#pragma unroll
-  for (int m = 0; m < RPT; ++m) a[m] *= total;
-  for (int k = 0; k < w; ++k) {
-    const float b = s_B[k * N + j];
-    const float4* f4 = reinterpret_cast<const float4*>(s_f + k * kRows + r0);
-#pragma unroll
-    for (int q = 0; q < RPT / 4; ++q) {
-      const float4 f = f4[q];
-      a[4 * q] = fmaf(f.x, b, a[4 * q]);
-      a[4 * q + 1] = fmaf(f.y, b, a[4 * q + 1]);
-      a[4 * q + 2] = fmaf(f.z, b, a[4 * q + 2]);
-      a[4 * q + 3] = fmaf(f.w, b, a[4 * q + 3]);
-    }
-  }
+  materialize_fold<RPT>(a, s_total, s_f, s_B, w, N, j, r0);
 #pragma unroll
   for (int m = 0; m < RPT; ++m)
     if (r0 + m < ni) S[(r0 + m) * N] = Traits<ST>::from_f(a[m]);
