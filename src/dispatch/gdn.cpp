@@ -233,6 +233,16 @@ GdnStepParams make_step(const GdnGeometry& geo, const TokenInputs& in, const Wei
   return p;
 }
 
+// Host values (where readable): live slot ids < slots and unique, their standard cursors in [0, L).
+// (replay_decode and materialize)
+void check_replay_values(const TensorView& slot_idx, const TensorView& cursor, int64_t slots, int L, Stream stream) {
+  if (const auto sl = read_slots(slot_idx, slots, stream)) {
+    const std::vector<int32_t> cur = *detail::read_int32(cursor, stream);
+    for (int32_t s : *sl)
+      if (s >= 0) detail::check_range("cache.cursor", cur[size_t(s)], 0, L, ("cursor[" + str(s) + "] (0 <= w < ring length)").c_str());
+  }
+}
+
 GdnRingParams make_ring(const TensorView& d, const TensorView& k, const TensorView& g, const TensorView& cursor, int R) {
   GdnRingParams r;
   r.ring = R;
@@ -272,11 +282,7 @@ void replay_decode(const ReplayDecodeArgs& a, Stream stream) {
   check_cuda_ring_alignment(c, a.cache.d_ring, a.cache.k_ring);
   if (c.dev.type == DeviceType::cuda && L > 32)
     throw Error("cache.d_ring", "the CUDA kernels support ring lengths 1..32, got " + str(L));
-  if (const auto sl = read_slots(a.slot_idx, slots, stream)) {
-    const std::vector<int32_t> cur = *detail::read_int32(a.cache.cursor, stream);
-    for (int32_t s : *sl)
-      if (s >= 0) detail::check_range("cache.cursor", cur[size_t(s)], 0, L, ("cursor[" + str(s) + "] (0 <= w < ring length)").c_str());
-  }
+  check_replay_values(a.slot_idx, a.cache.cursor, slots, L, stream);
   if (c.rows == 0) return;
   GdnReplayParams p;
   p.step = make_step(a.geo, a.in, a.w, a.cache.checkpoint, a.slot_idx, a.out, c);
@@ -312,11 +318,7 @@ void materialize(const MaterializeArgs& a, Stream stream) {
   check_cuda_limits(c, a.geo, cc.checkpoint, "cache.checkpoint");
   if (c.dev.type == DeviceType::cuda && L > 64)
     throw Error("cache.d_ring", "the CUDA materialize supports ring lengths 1..64, got " + str(L));
-  if (const auto sl = read_slots(a.slot_idx, slots, stream)) {
-    const std::vector<int32_t> cur = *detail::read_int32(cc.cursor, stream);
-    for (int32_t sv : *sl)
-      if (sv >= 0) detail::check_range("cache.cursor", cur[size_t(sv)], 0, L, ("cursor[" + str(sv) + "] (0 <= w < ring length)").c_str());
-  }
+  check_replay_values(a.slot_idx, cc.cursor, slots, L, stream);
   if (c.rows == 0) return;
   GdnReplayParams p;  // the step's token fields stay empty: materialize reads none
   GdnStepParams& st = p.step;

@@ -43,6 +43,29 @@ Mamba2RingParams ring_params(const TensorView& x_ring, const TensorView& dt_ring
   return r;
 }
 
+// The standard cache after its checkpoint (slots from it): the x ring's shape and length L in [1, kMaxRing], the
+// rings, the cursor [slots] int32. Returns L. (replay_decode and materialize)
+int64_t check_replay_cache(const Mamba2Geometry& geo, const ReplayCache& c, DType act, Device dev, int64_t slots) {
+  Arg xr("cache.x_ring", c.x_ring);
+  xr.required();
+  if (c.x_ring.ndim != 4) xr.shape({{slots, "slots"}, {geo.heads, "heads"}, {-1, "ring"}, {geo.headdim, "headdim"}});
+  const int64_t L = c.x_ring.shape[2];
+  if (L < 1 || L > kMaxRing)
+    xr.fail("ring length L (dim 2) must be in [1, " + std::to_string(kMaxRing) + "], got " + std::to_string(L));
+  check_rings(geo, c.x_ring, c.dt_ring, c.B_ring, act, dev, slots, L);
+  Arg("cache.cursor", c.cursor).required().shape({{slots, "slots"}}).dtype(DType::i32).device(dev).nonnegative_strides();
+  return L;
+}
+
+// Host values (where readable): live slot ids < slots and unique, their cursors in [0, L).
+void check_replay_values(const TensorView& slot_idx, const TensorView& cursor, int64_t slots, int64_t L, Stream stream) {
+  auto ids = check_slot_values("slot_idx", slot_idx, slots, stream);
+  auto cur = detail::read_int32(cursor, stream);
+  if (ids && cur)
+    for (int32_t s : *ids)
+      if (s >= 0) detail::check_range("cache.cursor", (*cur)[size_t(s)], 0, L, ("cursor[" + std::to_string(s) + "]").c_str());
+}
+
 }  // namespace
 
 void decode(const DecodeArgs& a, Stream stream) {
@@ -73,21 +96,8 @@ void replay_decode(const ReplayDecodeArgs& a, Stream stream) {
   const int64_t slots = check_pool("cache.checkpoint", c.checkpoint, {{a.geo.heads, "heads"},
                                    {a.geo.headdim, "headdim"}, {a.geo.dstate, "dstate"}}, c.checkpoint.dtype, info.dev, -1);
   check_state_dtype("cache.checkpoint", c.checkpoint, info.act);
-  Arg xr("cache.x_ring", c.x_ring);
-  xr.required();
-  if (c.x_ring.ndim != 4) xr.shape({{slots, "slots"}, {a.geo.heads, "heads"}, {-1, "ring"}, {a.geo.headdim, "headdim"}});
-  const int64_t L = c.x_ring.shape[2];
-  if (L < 1 || L > kMaxRing)
-    xr.fail("ring length L (dim 2) must be in [1, " + std::to_string(kMaxRing) + "], got " + std::to_string(L));
-  check_rings(a.geo, c.x_ring, c.dt_ring, c.B_ring, info.act, info.dev, slots, L);
-  Arg("cache.cursor", c.cursor).required().shape({{slots, "slots"}}).dtype(DType::i32).device(info.dev)
-      .nonnegative_strides();
-
-  auto ids = check_slot_values("slot_idx", a.slot_idx, slots, stream);
-  auto cur = detail::read_int32(c.cursor, stream);
-  if (ids && cur)
-    for (int32_t s : *ids)
-      if (s >= 0) detail::check_range("cache.cursor", (*cur)[size_t(s)], 0, L, ("cursor[" + std::to_string(s) + "]").c_str());
+  const int64_t L = check_replay_cache(a.geo, c, info.act, info.dev, slots);
+  check_replay_values(a.slot_idx, c.cursor, slots, L, stream);
 
   Mamba2ReplayParams p;
   fill_step(p.step, a.geo, a.in, a.w, a.out, info.act, info.tokens, info.tokens, a.slot_idx, c.checkpoint);
@@ -118,20 +128,10 @@ void materialize(const MaterializeArgs& a, Stream stream) {
   const int64_t slots = check_pool("cache.checkpoint", c.checkpoint, {{a.geo.heads, "heads"},
                                    {a.geo.headdim, "headdim"}, {a.geo.dstate, "dstate"}}, c.checkpoint.dtype, dev, -1);
   check_state_dtype("cache.checkpoint", c.checkpoint, act);
-  if (c.x_ring.ndim != 4) xr.shape({{slots, "slots"}, {a.geo.heads, "heads"}, {-1, "ring"}, {a.geo.headdim, "headdim"}});
-  const int64_t L = c.x_ring.shape[2];
-  if (L < 1 || L > kMaxRing)
-    xr.fail("ring length L (dim 2) must be in [1, " + std::to_string(kMaxRing) + "], got " + std::to_string(L));
-  check_rings(a.geo, c.x_ring, c.dt_ring, c.B_ring, act, dev, slots, L);
-  Arg("cache.cursor", c.cursor).required().shape({{slots, "slots"}}).dtype(DType::i32).device(dev).nonnegative_strides();
+  const int64_t L = check_replay_cache(a.geo, c, act, dev, slots);
   Arg("w.A", a.w.A).required().shape({{a.geo.heads, "heads"}}).dtype(DType::f32).device(dev).nonnegative_strides()
       .inner_contiguous();
-
-  auto ids = check_slot_values("slot_idx", a.slot_idx, slots, stream);
-  auto cur = detail::read_int32(c.cursor, stream);
-  if (ids && cur)
-    for (int32_t s : *ids)
-      if (s >= 0) detail::check_range("cache.cursor", (*cur)[size_t(s)], 0, L, ("cursor[" + std::to_string(s) + "]").c_str());
+  check_replay_values(a.slot_idx, c.cursor, slots, L, stream);
 
   Mamba2ReplayParams p;  // the step's token fields stay empty: materialize reads none
   Mamba2StepParams& st = p.step;
