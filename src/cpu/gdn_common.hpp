@@ -140,6 +140,20 @@ inline void decay_history_per_channel(T* G, T* kh, T* tot, int w, int K) {
     for (int e = 0; e < K; ++e) kh[size_t(c) * K + e] *= std::exp(G[size_t(w - 1) * K + e] - G[size_t(c) * K + e]);
 }
 
+// The state after the history, per-head gates: Sp = tot S0 + sum_{c<w} om_c dh_c kh_c^T (the flush's fold, also
+// materialize's). Sp holds V rows of K.
+template <class T>
+inline void materialise_per_head(const void* S0, DType state_dtype, T tot, const T* om, const T* dh, const T* kh, int w,
+                                 int V, int K, T* Sp) {
+  for (int i = 0; i < V; ++i) {
+    T* si = &Sp[size_t(i) * K];
+    load_row<T>(at(S0, state_dtype, int64_t(i) * K), state_dtype, K, si);
+    for (int e = 0; e < K; ++e) si[e] *= tot;
+  }
+  for (int c = 0; c < w; ++c)
+    for (int i = 0; i < V; ++i) axpy(om[c] * dh[size_t(c) * V + i], &kh[size_t(c) * K], &Sp[size_t(i) * K], K);
+}
+
 // The state after the history, per channel: Sp = S0 diag(tot) + sum_{c<w} dh_c kh_c^T (kh already decayed by
 // decay_history_per_channel). Sp holds V rows of K.
 template <class T>

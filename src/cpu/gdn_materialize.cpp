@@ -45,14 +45,7 @@ void run(const GdnReplayParams& P) {
           T Gs = 0;
           for (int j = 0; j < w; ++j) { Gs += load_one<T>(gr, R.g_dtype, j); om[j] = Gs; }
           for (int j = 0; j < w; ++j) om[j] = std::exp(Gs - om[j]);
-          const T t = std::exp(Gs);
-          for (int i = 0; i < V; ++i) {
-            T* si = &Sp[size_t(i) * K];
-            load_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, si);
-            for (int c = 0; c < K; ++c) si[c] *= t;
-          }
-          for (int j = 0; j < w; ++j)
-            for (int i = 0; i < V; ++i) axpy(om[j] * dh[size_t(j) * V + i], &kh[size_t(j) * K], &Sp[size_t(i) * K], K);
+          materialise_per_head(S0, p.state_dtype, T(std::exp(Gs)), om.data(), dh.data(), kh.data(), w, V, K, Sp.data());
         }
         store_row<T>(S0, p.state_dtype, V * K, Sp.data());
       }

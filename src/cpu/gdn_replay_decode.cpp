@@ -77,13 +77,7 @@ void run(const GdnReplayParams& P) {
           if (hv % vpk == 0) store_row<T>(at(kr, R.k_dtype, int64_t(w) * K), R.k_dtype, K, k.data());
         } else {
           Sp.resize(size_t(V) * K);
-          for (int i = 0; i < V; ++i) {
-            T* si = &Sp[size_t(i) * K];
-            load_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, si);
-            for (int c = 0; c < K; ++c) si[c] *= tot;
-          }
-          for (int j = 0; j < w; ++j)
-            for (int i = 0; i < V; ++i) axpy(om[j] * dh[size_t(j) * V + i], &kh[size_t(j) * K], &Sp[size_t(i) * K], K);
+          materialise_per_head(S0, p.state_dtype, tot, om.data(), dh.data(), kh.data(), w, V, K, Sp.data());
           for (int i = 0; i < V; ++i) {
             T* si = &Sp[size_t(i) * K];
             const T di = t.beta * (v[i] - t.alpha * dot(si, k.data(), K));

@@ -94,13 +94,7 @@ void run(const GdnVerifyParams& P) {
         void* S0 = at(p.state, p.state_dtype, slot * p.state_slot + int64_t(hv) * V * K);
         if (flush) {
           Sp.resize(size_t(V) * K);
-          for (int i = 0; i < V; ++i) {
-            T* si = &Sp[size_t(i) * K];
-            load_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, si);
-            for (int c = 0; c < K; ++c) si[c] *= tot;
-          }
-          for (int c = 0; c < w; ++c)
-            for (int i = 0; i < V; ++i) axpy(om[c] * dh[size_t(c) * V + i], &kh[size_t(c) * K], &Sp[size_t(i) * K], K);
+          materialise_per_head(S0, p.state_dtype, tot, om.data(), dh.data(), kh.data(), w, V, K, Sp.data());
           store_fold_and_project(S0, p.state_dtype, Sp.data(), w, qw.data(), kw.data(), n, V, K, HQ.data(), HK.data());
         } else {
           for (int i = 0; i < V; ++i) {
