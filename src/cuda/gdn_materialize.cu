@@ -38,8 +38,7 @@ __global__ void __launch_bounds__(kThreads) gdn_materialize_kernel(const GdnRepl
 
   ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + (int64_t(hv) * V + i0) * K + c;
   float a[RPT];
-#pragma unroll
-  for (int m = 0; m < RPT; ++m) a[m] = r0 + m < ni ? Traits<ST>::to_f(S[(r0 + m) * K]) : 0.f;
+  materialize_load<RPT>(a, S, K, r0, ni);
 
   const int64_t d0 = int64_t(slot) * R.dr_slot + int64_t(hv) * L * V + i0;  // element offsets in the rings
   const int64_t k0 = int64_t(slot) * R.kr_slot + int64_t(h) * L * K;
@@ -50,22 +49,17 @@ __global__ void __launch_bounds__(kThreads) gdn_materialize_kernel(const GdnRepl
   for (int e = tid; e < w * K; e += kThreads) s_k[e] = ld_any(R.k_ring, k0 + e, R.k_dtype);
   if (tid < 32) {  // warp 0: the <= 63 log-decays (two per lane), their prefix sums, om_j = exp(G - G_j)
     const float* gr = static_cast<const float*>(R.g_ring) + int64_t(slot) * R.gr_slot + int64_t(hv) * L;
-    const float g0 = tid < w ? gr[tid] : 0.f, g1 = tid + 32 < w ? gr[tid + 32] : 0.f;
-    const float G0 = warp_inclusive_sum(g0, tid);
-    const float G1 = warp_inclusive_sum(g1, tid) + __shfl_sync(0xffffffffu, G0, 31);
-    const float G = __shfl_sync(0xffffffffu, G1, 31);  // the total
-    if (tid < w) s_om[tid] = expf(G - G0);
-    if (tid + 32 < w) s_om[tid + 32] = expf(G - G1);
-    if (tid == 0) s_tot = expf(G);
+    const MaterializeScan g = materialize_scan(gr, w, tid);
+    if (tid < w) s_om[tid] = expf(g.total - g.c0);
+    if (tid + 32 < w) s_om[tid + 32] = expf(g.total - g.c1);
+    if (tid == 0) s_tot = expf(g.total);
   }
   __syncthreads();
   for (int e = tid; e < w * kRows; e += kThreads) s_f[e] *= s_om[e / kRows];
   __syncthreads();
 
   materialize_fold<RPT>(a, s_tot, s_f, s_k, w, K, c, r0);
-#pragma unroll
-  for (int m = 0; m < RPT; ++m)
-    if (r0 + m < ni) S[(r0 + m) * K] = Traits<ST>::from_f(a[m]);
+  materialize_store<RPT>(S, a, K, r0, ni);
 }
 
 }  // namespace

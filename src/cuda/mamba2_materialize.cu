@@ -43,8 +43,7 @@ __global__ void __launch_bounds__(kThreads) materialize_kernel(const Mamba2Repla
 
   ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + (int64_t(h) * P + i0) * N + j;
   float a[RPT];
-#pragma unroll
-  for (int m = 0; m < RPT; ++m) a[m] = r0 + m < ni ? Traits<ST>::to_f(S[(r0 + m) * N]) : 0.f;
+  materialize_load<RPT>(a, S, N, r0, ni);
 
   const AT* xr = static_cast<const AT*>(R.x_ring) + int64_t(slot) * R.xr_slot + int64_t(h) * L * P + i0;
   const AT* Br = static_cast<const AT*>(R.B_ring) + int64_t(slot) * R.Br_slot + int64_t(g) * L * N;
@@ -56,22 +55,17 @@ __global__ void __launch_bounds__(kThreads) materialize_kernel(const Mamba2Repla
   if (tid < 32) {  // warp 0: the <= 63 deltas (two per lane), their prefix sums, the decay weights
     const float* dtr = R.dt_ring + int64_t(slot) * R.dtr_slot + int64_t(h) * L;
     const float A = p.A[h];
-    const float d0 = tid < w ? dtr[tid] : 0.f, d1 = tid + 32 < w ? dtr[tid + 32] : 0.f;
-    const float c0 = warp_inclusive_sum(d0, tid);
-    const float c1 = warp_inclusive_sum(d1, tid) + __shfl_sync(0xffffffffu, c0, 31);
-    const float c = __shfl_sync(0xffffffffu, c1, 31);  // the total
-    if (tid < w) s_s[tid] = d0 * expf(fminf(A * (c - c0), 0.f));
-    if (tid + 32 < w) s_s[tid + 32] = d1 * expf(fminf(A * (c - c1), 0.f));
-    if (tid == 0) s_total = expf(fminf(A * c, 0.f));
+    const MaterializeScan d = materialize_scan(dtr, w, tid);
+    if (tid < w) s_s[tid] = d.v0 * expf(fminf(A * (d.total - d.c0), 0.f));
+    if (tid + 32 < w) s_s[tid + 32] = d.v1 * expf(fminf(A * (d.total - d.c1), 0.f));
+    if (tid == 0) s_total = expf(fminf(A * d.total, 0.f));
   }
   __syncthreads();
   for (int e = tid; e < w * kRows; e += kThreads) s_f[e] *= s_s[e / kRows];
   __syncthreads();
 
   materialize_fold<RPT>(a, s_total, s_f, s_B, w, N, j, r0);
-#pragma unroll
-  for (int m = 0; m < RPT; ++m)
-    if (r0 + m < ni) S[(r0 + m) * N] = Traits<ST>::from_f(a[m]);
+  materialize_store<RPT>(S, a, N, r0, ni);
 }
 
 }  // namespace

@@ -4,11 +4,41 @@
 // owns column `col` of the RPT consecutive rows r0 .. r0 + RPT - 1:
 //   a[m] <- total a[m] + sum_k f[k][r0 + m] b[k][col]      (k ascending, as the CPU's fold)
 // Per token: one b load, RPT / 4 vector loads of f (the same for a row group's threads: broadcast), RPT FMAs.
+// Also the pieces around it that both kernels share: warp 0's scan of the per-token decays, the state load / store.
 #pragma once
+#include "cuda/common.cuh"
 
 namespace replayssm::cuda {
 
 constexpr int kMaterializeRows = 16;  // state rows per CTA (f's row stride)
+
+// Warp 0's scan of the w <= 63 per-token values v[0..w) (deltas, log-decays), two per lane: v0 / c0 for token
+// `lane`, v1 / c1 for token lane + 32 (inclusive prefix sums; 0 past w), total = the sum of all w.
+struct MaterializeScan {
+  float v0, v1, c0, c1, total;
+};
+__device__ __forceinline__ MaterializeScan materialize_scan(const float* v, int w, int lane) {
+  MaterializeScan r;
+  r.v0 = lane < w ? v[lane] : 0.f;
+  r.v1 = lane + 32 < w ? v[lane + 32] : 0.f;
+  r.c0 = warp_inclusive_sum(r.v0, lane);
+  r.c1 = warp_inclusive_sum(r.v1, lane) + __shfl_sync(0xffffffffu, r.c0, 31);
+  r.total = __shfl_sync(0xffffffffu, r.c1, 31);
+  return r;
+}
+
+// A thread's RPT state values (column offset already in S, row stride N), rows r0 .. r0 + RPT - 1 of the CTA's ni.
+template <int RPT, class ST>
+__device__ __forceinline__ void materialize_load(float (&a)[RPT], const ST* S, int N, int r0, int ni) {
+#pragma unroll
+  for (int m = 0; m < RPT; ++m) a[m] = r0 + m < ni ? Traits<ST>::to_f(S[(r0 + m) * N]) : 0.f;
+}
+template <int RPT, class ST>
+__device__ __forceinline__ void materialize_store(ST* S, const float (&a)[RPT], int N, int r0, int ni) {
+#pragma unroll
+  for (int m = 0; m < RPT; ++m)
+    if (r0 + m < ni) S[(r0 + m) * N] = Traits<ST>::from_f(a[m]);
+}
 
 template <int RPT>
 __device__ __forceinline__ void materialize_fold(float (&a)[RPT], float total, const float* f, const float* b, int w,
