@@ -17,16 +17,17 @@
 // k-head (or the v-head) only, and were repeated by every CTA (vpk x slices = 8 CTAs per k-head for
 // Qwen3.5-4B). Little's law needs 32 B/ns per SM x 1.5-2 us = 48-64 KB in flight, and 4 KB per warp at
 // 16 B/cycle per SM leaves ~1000 issue slots per warp: 1164 did not fit.
-// * Once per CTA: slot, cursor, the k history and every item's d history (cp.async, one commit group),
+// * Once per CTA: slot, cursor, the k history (cp.async, one commit group),
 //   the token (warp 0: q, k normalised into shared memory, kq; the k ring append by the k-head's first
 //   CTA; with it, in the same round trip, the gates of the CTA's first v-head), gates and decay weights of
 //   the other v-heads (v-head u by warp u % nwarps: om_j, alpha, beta, tot = exp(G); the g ring append by
 //   the CTA holding the v-head's slice 0), the ring projections k_j.q, k_j.k (blocks of 4 j over the
 //   warps, 8-value reduce-scatter), scaled by each v-head's om_j. Two CTA barriers.
 // * Per item: the checkpoint slice is double-buffered in shared memory (cp.async, each thread copies and
-//   reads back only its own 16-byte chunks, thread-major: conflict-free, and a per-thread wait_group
-//   replaces a barrier); item i + 1's slice and v rows are issued before item i is computed. Then the row
-//   dots (state_row_dots, the same column order as before), x tot, the ring term, row sums, d and out.
+//   reads back only its own 16-byte chunks, thread-major: conflict-free), its d history rows double-buffered
+//   (two barriers per item: rows published, stage free); item i + 1's slice, d rows and v rows are issued
+//   before item i is computed. Then the row dots (state_row_dots, the same column order as before), x tot,
+//   the ring term, row sums, d and out.
 // * ipc (append_ipc): 4 by default (~47 KB of shared memory at fp32 state, L = 16: 4 CTAs / SM, 64 KB of
 //   checkpoint in flight per SM), halved while the grid would be less than half a wave;
 //   REPLAYSSM_GDN_APPEND_IPC forces 1, 2, 4 or 8.
@@ -65,6 +66,10 @@ constexpr int kAppendMaxIpc = 8, kAppendDefaultIpc = 4;
 // Checkpoint slices in shared memory: two stages, one item in flight while one is computed. Three (two in
 // flight, 3 CTAs per SM) measured slower everywhere (eighth session, H200 run 3: b512 append 81 -> 71 % of copy).
 constexpr int kAppendStages = 2;
+// The items' d history rows: staged with each item (two stages, two barriers per item), not all items' rows
+// at once: 16-bit state CTAs (2 warps, 8 items) were limited to 7 per SM by shared memory (ncu, thirteenth
+// session: 32 KB each, 27.9 of them dynamic), where the registers allow 10.
+constexpr int kAppendDStages = 2;
 constexpr int kAppendMaxVh = kAppendMaxIpc;  // v-heads one CTA touches (<= its items)
 
 // Element i of a ring row staged in shared memory in the ring dtype (f32 / bf16 / f16), as bits_f converts it.
@@ -99,17 +104,16 @@ __device__ __forceinline__ void reduce_scatter8(float (&x)[8]) {
 // in flight while item i is computed), its row dots, ring term and stores.
 template <class ST, int K>
 __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(const GdnReplayParams P, const int slices,
-                                                                                const int ipc) {
+                                                                                const int ipc, const int nvs) {
   using TL = AppendTile<ST, K>;
   constexpr int NCH = TL::NCH, RPT = TL::RPT, LPR = TL::LPR, GPW = TL::GPW, E = K / 32, NC = RPT * NCH;
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;
   __shared__ __align__(16) float s_q[K], s_k[K];        // the token: q normalised and scaled, k normalised
-  __shared__ float s_om[kAppendMaxVh][32];              // per local v-head: om_j = exp(G - G_j), j < w
-  __shared__ float s_cq[kAppendMaxVh][32], s_ck[kAppendMaxVh][32];  // om_j k_j.q, om_j k_j.k
   __shared__ float s_gate[kAppendMaxVh][3];             // alpha, beta, tot = exp(G)
   __shared__ float s_kq;                                // k.q of the token (normalised, scaled)
-  extern __shared__ float4 s_dyn[];  // checkpoint stages [2][NC][nth] x 16 B; k history [L-1][K]; d [ipc][L-1][rpc]
+  // checkpoint stages [2][NC][nth] x 16 B; d stages [2][L-1][rpc]; k history [L-1][K]; om, cq, ck [nvs][32] each
+  extern __shared__ float4 s_dyn[];
 
   griddep_launch_dependents();  // the flush launch (other rows) may start now: see gdn_replay_decode
   const int tid = int(threadIdx.x), nth = int(blockDim.x), warp = tid >> 5, lane = tid & 31, g = lane / LPR,
@@ -127,18 +131,23 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
   if (w < 0 || w >= L - 1) return;
 
   const int ek = int(esize(R.k_dtype)), ed = int(esize(R.d_dtype));
-  const size_t stage_bytes = size_t(NC) * nth * 16;
+  const size_t stage_bytes = size_t(NC) * nth * 16, dstage_bytes = size_t(L - 1) * rpc * ed;  // 16-byte multiples
   char* s_stage = reinterpret_cast<char*>(s_dyn);
-  char* s_kr = s_stage + kAppendStages * stage_bytes;               // (L-1) K ek bytes
-  char* s_d = s_kr + size_t(L - 1) * K * ek;              // ipc (L-1) rpc ed bytes (16-byte multiples)
+  char* s_d = s_stage + kAppendStages * stage_bytes;         // kAppendDStages x (L-1) rpc ed bytes
+  char* s_kr = s_d + kAppendDStages * dstage_bytes;          // (L-1) K ek bytes
+  float* s_om = reinterpret_cast<float*>(s_kr + size_t(L - 1) * K * ek);  // [u][j]: om_j = exp(G - G_j), j < w
+  float* s_cq = s_om + nvs * 32;                              // om_j k_j.q
+  float* s_ck = s_cq + nvs * 32;                              // om_j k_j.k
   const ST* S_h = static_cast<const ST*>(p.state) + int64_t(slot) * p.state_slot + int64_t(h) * vpk * V * K;
   const char* dr_h = static_cast<const char*>(R.d_ring) + (int64_t(slot) * R.dr_slot + int64_t(h) * vpk * L * V) * ed;
   void* kr = mptr(R.k_ring, R.k_dtype, int64_t(slot) * R.kr_slot + int64_t(h) * L * K);
   const char* v_row = static_cast<const char*>(p.v) + int64_t(row) * p.v_tok * esize(p.act);
 
   // Item i's checkpoint slice (this thread's own 16-byte chunks: only this thread reads them back, so a
-  // per-thread wait_group is enough, no barrier) and the raw bits of its v rows; one commit group per item.
-  // (iv, sl) of the next item to issue, advanced without a division
+  // per-thread wait_group is enough for them), its d history rows j < w (rpc ed bytes each, a power-of-two
+  // number of 16-byte chunks; read by other threads: a barrier per item) and the raw bits of its v rows; one
+  // commit group per item. (iv, sl) of the next item to issue, advanced without a division.
+  const int dpj = rpc * ed / 16, lg = __ffs(dpj) - 1;
   int iv_n = iv0, sl_n = it0 - iv0 * slices;
   auto issue_item = [&](int i, uint32_t (&vb)[RPT]) {
     if (i < ipc) {
@@ -153,6 +162,12 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
       for (int r = 0; r < RPT; ++r)
 #pragma unroll
         for (int m = 0; m < NCH; ++m) cp_async16(dst + (r * NCH + m) * nth * 16, S + GPW * r * K + TL::col(m, t));
+      const char* dsrc = dr_h + (int64_t(iv) * L * V + sl * rpc) * ed;
+      char* ddst = s_d + (i % kAppendDStages) * dstage_bytes;
+      for (int x = tid; x < (w << lg); x += nth) {
+        const int j = x >> lg, c = x & (dpj - 1);
+        cp_async16(ddst + 16 * x, dsrc + int64_t(j) * V * ed + 16 * c);
+      }
       const void* vp = v_row + (int64_t(h) * vpk + iv) * p.v_head * esize(p.act);
 #pragma unroll
       for (int r = 0; r < RPT; ++r) vb[r] = uint32_t(ld_bits(vp, sl * rpc + l0 + GPW * r, p.act));
@@ -160,19 +175,11 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
     cp_async_commit();
   };
 
-  // group 0: the history. k rows j < w (contiguous; positions >= w may be written by other CTAs) and
-  // every item's d slice (rpc ed bytes per position, a power-of-two number of 16-byte chunks).
+  // group 0: the history's k rows j < w (contiguous; positions >= w may be written by other CTAs). The d
+  // rows travel with each item (issue_item).
   {
-    const int nk = w * K * ek / 16, dpj = rpc * ed / 16, lg = __ffs(dpj) - 1;
+    const int nk = w * K * ek / 16;
     for (int x = tid; x < nk; x += nth) cp_async16(s_kr + 16 * x, static_cast<const char*>(kr) + 16 * int64_t(x));
-    for (int i = 0, iv = iv0, sl = it0 - iv0 * slices; i < ipc; ++i, sl = sl + 1 == slices ? 0 : sl + 1, iv += sl == 0) {
-      const char* src = dr_h + (int64_t(iv) * L * V + sl * rpc) * ed;
-      char* dst = s_d + size_t(i) * (L - 1) * rpc * ed;
-      for (int x = tid; x < (w << lg); x += nth) {
-        const int j = x >> lg, c = x & (dpj - 1);
-        cp_async16(dst + 16 * x, src + int64_t(j) * V * ed + 16 * c);
-      }
-    }
     cp_async_commit();
   }
   uint32_t vb[RPT];  // v bits of the next item to compute, loaded with its checkpoint slice
@@ -183,7 +190,7 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
   auto vhead_out = [&](int u, float* gr, float gj, float alpha, float beta, float gg) {
     const float c = warp_inclusive_sum(gj, lane);
     const float G = __shfl_sync(0xffffffffu, c, 31);
-    s_om[u][lane] = lane < w ? expf(G - c) : 0.f;
+    s_om[u * 32 + lane] = lane < w ? expf(G - c) : 0.f;
     if (lane == 0) {
       s_gate[u][0] = alpha;
       s_gate[u][1] = beta;
@@ -238,7 +245,7 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
     reduce_scatter8(x);
     const int n = lane >> 2, j = 4 * b + (n & 3);  // lanes 0-15: k_j.q, lanes 16-31: k_j.k
     if ((lane & 3) == 0 && j < w)
-      for (int u = 0; u < nv; ++u) (n < 4 ? s_cq : s_ck)[u][j] = s_om[u][j] * x[0];
+      for (int u = 0; u < nv; ++u) (n < 4 ? s_cq : s_ck)[u * 32 + j] = s_om[u * 32 + j] * x[0];
   }
   __syncthreads();
 
@@ -249,7 +256,8 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
 #pragma unroll
     for (int r = 0; r < RPT; ++r) v[r] = bits_f(vb[r], p.act);
     issue_item(i + kAppendStages - 1, vb);  // the next item's copies fly while this one is computed
-    cp_async_wait_group<1>();  // this item's slice (own chunks)
+    cp_async_wait_group<1>();  // this item's copies (this thread's checkpoint chunks and d rows)
+    __syncthreads();           // every thread's d rows of item i are in place
     const int u = iv - iv0, hv = h * vpk + iv;
     uint4 raw[RPT][NCH];
     const char* src = s_stage + (i % kAppendStages) * stage_bytes + 16 * tid;
@@ -265,9 +273,9 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
       sq[r] *= tot;
       sk[r] *= tot;
     }
-    const char* s_di = s_d + size_t(i) * (L - 1) * rpc * ed;
+    const char* s_di = s_d + (i % kAppendDStages) * dstage_bytes;
     for (int j = t; j < w; j += LPR) {  // the ring part, spread over the group's lanes (no shuffle inside)
-      const float cq = s_cq[u][j], ck = s_ck[u][j];
+      const float cq = s_cq[u * 32 + j], ck = s_ck[u * 32 + j];
 #pragma unroll
       for (int r = 0; r < RPT; ++r) {
         const float dj = lds_ring(s_di, j * rpc + l0 + GPW * r, R.d_dtype);
@@ -275,6 +283,7 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
         sk[r] = fmaf(ck, dj, sk[r]);
       }
     }
+    __syncthreads();  // item i's d stage is read: the next iteration's issue (item i + 2) may overwrite it
     const float alpha = s_gate[u][0], beta = s_gate[u][1];
     void* op = mptr(p.out, p.out_dtype, int64_t(row) * p.out_tok + int64_t(hv) * p.out_head + sl * rpc);
     void* dw = mptr(R.d_ring, R.d_dtype, int64_t(slot) * R.dr_slot + (int64_t(hv) * L + w) * V + sl * rpc);
@@ -347,13 +356,16 @@ void gdn_replay_append(const GdnReplayParams& p, Stream stream) {
         ipc = std::min(kAppendMaxIpc, vpk * slices);
         while ((vpk * slices) % ipc != 0) ipc >>= 1;
       }
+      int nvs = 1;  // the most v-heads one CTA's items touch (rows of om, cq, ck in shared memory)
+      for (int it0 = 0; it0 < vpk * slices; it0 += ipc) nvs = std::max(nvs, (it0 + ipc - 1) / slices - it0 / slices + 1);
       const size_t smem = size_t(kAppendStages) * rpc * K * sizeof(ST) +
                           size_t(L - 1) * (size_t(K) * size_t(esize(p.ring.k_dtype)) +
-                                           size_t(ipc) * size_t(rpc) * size_t(esize(p.ring.d_dtype)));
+                                           size_t(kAppendDStages) * size_t(rpc) * size_t(esize(p.ring.d_dtype))) +
+                          size_t(3 * 32) * sizeof(float) * size_t(nvs);
       auto kernel = gdn_replay_append_kernel<ST, K>;
       allow_dynamic_smem(kernel, smem, "gdn_replay_append");
       kernel<<<dim3(unsigned(p.step.k_heads * (vpk * slices / ipc)), unsigned(p.step.rows)), dim3(unsigned(32 * warps)),
-               smem, st>>>(p, slices, ipc);
+               smem, st>>>(p, slices, ipc, nvs);
     });
   });
   check_launch("gdn_replay_append");

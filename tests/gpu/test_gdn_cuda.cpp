@@ -863,6 +863,14 @@ TEST(CudaGdn, SanitizerSmall) {
     const Stats sa = replay_stream(a);
     EXPECT_LE(sa.out_ref, 2 * out_tol(a.sd, a.ad, a.rd));
   }
+  {  // the 16-bit state shape: 2-warp CTAs, 4 items over 2 v-heads; the d rows of each item double-buffered
+    ForceIpc fi(4);
+    ForceWarps fw(2);
+    Cfg a = c;
+    a.sd = DType::bf16; a.rd = DType::bf16; a.stagger = true; a.steps = 4;
+    const Stats sa = replay_stream(a);
+    EXPECT_LE(sa.out_ref, 2 * out_tol(a.sd, a.ad, a.rd));
+  }
   c.spec = {4, 2}; c.steps = 6;
   const Stats t = spec_stream(c);
   EXPECT_LE(t.out_ref, 5e-2);
