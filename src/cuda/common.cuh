@@ -135,9 +135,9 @@ __device__ __forceinline__ void stage_rows(T* dst, int dst_stride, const T* src,
                                            int cols, bool vec16, int tid, int nth) {
   if (vec16) {
     constexpr int E = 16 / int(sizeof(T));
-    const int cpr = cols / E;
-    for (int i = tid; i < rows * cpr; i += nth) {
-      const int r = i / cpr, c = (i % cpr) * E;
+    const unsigned cpr = unsigned(cols / E);  // unsigned: a shorter division than the signed one
+    for (int i = tid; i < rows * int(cpr); i += nth) {
+      const int r = int(unsigned(i) / cpr), c = int(unsigned(i) % cpr) * E;
       cp_async16(dst + r * dst_stride + c, src + int64_t(r) * src_stride + c);
     }
   } else {
@@ -173,10 +173,11 @@ __device__ __forceinline__ void load_tile_rows(uint4 (&raw)[2][N / (4 * Vec16<ST
                                                const bool (&ok)[2], int t) {
   constexpr int VEC = Vec16<ST>::kN, NG = N / (4 * VEC);
 #pragma unroll
-  for (int r = 0; r < 2; ++r)
+  for (int r = 0; r < 2; ++r) {
+    const ST* row = S + int64_t(pr[r]) * N + t * VEC;  // one 64-bit address per row, the chunks at fixed offsets
 #pragma unroll
-    for (int m = 0; m < NG; ++m)
-      raw[r][m] = ok[r] ? Vec16<ST>::load_raw(S + int64_t(pr[r]) * N + m * 4 * VEC + t * VEC) : make_uint4(0, 0, 0, 0);
+    for (int m = 0; m < NG; ++m) raw[r][m] = ok[r] ? Vec16<ST>::load_raw(row + m * 4 * VEC) : make_uint4(0, 0, 0, 0);
+  }
 }
 
 }  // namespace replayssm::cuda

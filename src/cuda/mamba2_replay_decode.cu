@@ -1,7 +1,7 @@
 // ReplaySSM standard decode for Mamba-2 on the GPU: one launch per layer per step, both routes,
 // flush / append decided per row on the device from the cursor (graph-capturable step).
 //
-// Mapping (same as the classic kernel, see common.cuh TileMap): grid (heads * chunks, rows); a CTA
+// Mapping (same as the classic kernel, see common.cuh TileMap): grid (chunks, heads, rows); a CTA
 // is one (row, head) and `tiles_per_cta` 16-row tiles of P, one warp per tile; a lane owns rows
 // p0+g, p0+g+8 and VEC contiguous state columns per column group (16-byte accesses). The
 // checkpoint loads are issued first, before the cursor-dependent prologue, so the HBM stream
@@ -78,7 +78,7 @@ inline constexpr int kReplayMinCtas =
 
 template <class ST, class AT, int N, int KT>
 __global__ void __launch_bounds__(256, kReplayMinCtas<ST, AT, KT>)
-replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const int chunks, const bool ring_vec16,
+replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const unsigned hpg, const bool ring_vec16,
                      const int prefetch_ctas) {
   using V = Vec16<ST>;
   using SM = ReplaySmem<AT, N, KT>;
@@ -96,8 +96,12 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
 
   const Mamba2StepParams& p = rp.step;
   const Mamba2RingParams& rg = rp.ring;
-  const int row = blockIdx.y;
-  const int h = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
+  // grid (chunks, heads, rows): no division for the CTA's coordinates; the group by one unsigned division
+  // (hpg = heads / groups from the host). ncu (thirteenth session, bf16 state, Super b512): the append step issued
+  // on 71 % of the scheduler cycles, ~150 of its 1147 instructions per warp were signed divisions and the
+  // delta / softplus that only warp 0 uses.
+  const int row = blockIdx.z, h = blockIdx.y, chunk = blockIdx.x;
+  const int grp = int(unsigned(h) / hpg);
   const int nthreads = blockDim.x, nwarps = nthreads >> 5;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int P = p.headdim, L = rg.ring;
@@ -120,7 +124,6 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
   load_tile_rows<ST, N>(raw, S, pr, ok, t);
 
   // 2. the step's own inputs (independent of the cursor: in flight together with the cursor load).
-  const int hpg = p.heads / p.groups, grp = h / hpg;
   const AT* x = static_cast<const AT*>(p.x) + int64_t(row) * p.x_tok + int64_t(h) * p.x_head;
   const AT* Bin = static_cast<const AT*>(p.B) + int64_t(row) * p.B_tok + int64_t(grp) * p.B_group;
   const AT* Cin = static_cast<const AT*>(p.C) + int64_t(row) * p.C_tok + int64_t(grp) * p.C_group;
@@ -134,9 +137,14 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
     xraw[r] = ok[r] ? x[pr[r]] : Traits<AT>::from_f(0.f);
     zraw[r] = z && ok[r] && t == 0 ? z[pr[r]] : Traits<AT>::from_f(0.f);
   }
-  const uint32_t dt_bits = load_dt_bits(p.dt, int64_t(row) * p.dt_tok + int64_t(h) * p.dt_head, p.dt_dtype);
-  const float dt_b = p.dt_bias ? p.dt_bias[h] : 0.f;
-  const float A = p.A[h];
+  // dt, dt_bias and A are used by warp 0 only (the scan; thread 0 appends delta)
+  uint32_t dt_bits = 0;
+  float dt_b = 0.f, A = 0.f;
+  if (warp == 0) {
+    dt_bits = load_dt_bits(p.dt, int64_t(row) * p.dt_tok + int64_t(h) * p.dt_head, p.dt_dtype);
+    dt_b = p.dt_bias ? p.dt_bias[h] : 0.f;
+    A = p.A[h];
+  }
   const bool bc_regs = nthreads >= N;  // one B and one C value per thread, held raw until the staging is issued
   AT craw = Traits<AT>::from_f(0.f), braw = craw;
   if (bc_regs && int(threadIdx.x) < N) {
@@ -149,11 +157,12 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
   // Lane 0 of the last warp issues it: warp 0 is on the critical path (the dt scan below). Grid sizes are
   // < 2^31 CTAs (<= 65535 rows x 2048 head chunks): 32-bit index math.
   if (prefetch_ctas > 0 && threadIdx.x == nthreads - 32) {
-    const unsigned nx = gridDim.x, lin = blockIdx.y * nx + blockIdx.x + unsigned(prefetch_ctas);
-    if (lin < nx * gridDim.y) {
-      const int row2 = int(lin / nx), bx = int(lin % nx);
+    const unsigned nx = gridDim.x, ny = gridDim.y, nxy = nx * ny;
+    const unsigned lin = (blockIdx.z * ny + blockIdx.y) * nx + blockIdx.x + unsigned(prefetch_ctas);
+    if (lin < nxy * gridDim.z) {
+      const int row2 = int(lin / nxy), bxy = int(lin % nxy);
       const int slot2 = p.slot_idx[row2];
-      const int h2 = bx / chunks, pb2 = (bx % chunks) * PC, nrows = min(PC, P - pb2);
+      const int h2 = int(unsigned(bxy) / nx), pb2 = int(unsigned(bxy) % nx) * PC, nrows = min(PC, P - pb2);
       if (slot2 >= 0 && slot2 < p.slots && nrows > 0)
         prefetch_l2(static_cast<const ST*>(p.state) + int64_t(slot2) * p.state_slot + (int64_t(h2) * P + pb2) * N,
                     unsigned(nrows) * N * unsigned(sizeof(ST)));
@@ -192,10 +201,10 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
     xv[r] = Traits<AT>::to_f(xraw[r]);
     zv[r] = Traits<AT>::to_f(zraw[r]);
   }
-  float delta = dt_from_bits(dt_bits, p.dt_dtype) + dt_b;
-  if (p.dt_softplus) delta = softplus20(delta);
-
+  float delta = 0.f;  // warp 0 only
   if (warp == 0) {
+    delta = dt_from_bits(dt_bits, p.dt_dtype) + dt_b;
+    if (p.dt_softplus) delta = softplus20(delta);
     float d = lane < w ? dpre : (lane == w ? delta : 0.f);
     const float c = warp_inclusive_sum(d, lane);
     const float cw = __shfl_sync(0xffffffffu, c, w);
@@ -357,7 +366,7 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
   // 6. append the step's inputs to the ring (positions < w are the only ones read above: no race).
   if (!flush && chunk == 0) {
     if (threadIdx.x == 0) dtr[w] = delta;
-    if (h % hpg == 0) {
+    if (h == grp * int(hpg)) {
       AT* bw = static_cast<AT*>(rg.B_ring) + int64_t(slot) * rg.Br_slot + (int64_t(grp) * L + w) * N;
       for (int n = threadIdx.x; n < N; n += nthreads) bw[n] = Bin[n];
     }
@@ -387,7 +396,7 @@ template <class ST, class AT, int N, int KT>
 void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
   using SM = ReplaySmem<AT, N, KT>;
   const PSplit sp = forced_psplit(choose_psplit(p.step.rows, p.step.heads, p.step.headdim), p.step.headdim);
-  const dim3 grid(unsigned(p.step.heads * sp.chunks), unsigned(p.step.rows));
+  const dim3 grid(unsigned(sp.chunks), unsigned(p.step.heads), unsigned(p.step.rows));
   const dim3 block(unsigned(32 * sp.tiles_per_cta));
   const size_t smem = SM::total(16 * sp.tiles_per_cta);
   auto* kernel = replay_decode_kernel<ST, AT, N, KT>;
@@ -407,9 +416,9 @@ void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
       check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, int(block.x), smem), "mamba2_replay_decode");
     const long long resident = (long long)std::max(per_sm, 1) * sm_count();
     if (waves > 0) prefetch = int(waves * double(resident) + 0.5);
-    else if ((long long)grid.x * grid.y >= 8 * resident) prefetch = int(resident / 2);
+    else if ((long long)grid.x * grid.y * grid.z >= 8 * resident) prefetch = int(resident / 2);
   }
-  kernel<<<grid, block, smem, st>>>(p, sp.tiles_per_cta, sp.chunks, vec16, prefetch);
+  kernel<<<grid, block, smem, st>>>(p, sp.tiles_per_cta, unsigned(p.step.heads / p.step.groups), vec16, prefetch);
 }
 
 }  // namespace
