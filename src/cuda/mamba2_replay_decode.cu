@@ -13,11 +13,11 @@
 //   s_k = delta_k exp(min(A (c_w - c_k), 0)), decay = exp(min(A c_w, 0)).
 // * output_only append (w < L-1): the CTA computes bc_k = B_k . C once for all its P rows (one
 //   launch, no bc scratch), y = decay (S0 C) + sum_k s_k bc_k x_k + D x.
-// * flush (w == L-1) or state_and_output: S_w = decay S0 + X Bs^T on tensor cores
-//   (mma.sync m16n8k16 bf16, fp32 accumulate) with X [P x K] the ring x's and Bs [K x N] the
-//   s_k-scaled B's (fp32) split into 3 bf16 parts (hi + mid + lo ~ 24 bits); X is exact in bf16
-//   (bf16 act), split into 2 exact bf16 parts (fp16 act) or 3 parts (fp32 act); the products
-//   with part-index sum <= 2 are kept. The MMA column order is permuted so that the accumulator
+// * flush (w == L-1) or state_and_output: S_w = decay S0 + Xs B^T on tensor cores
+//   (mma.sync m16n8k16 bf16, fp32 accumulate) with Xs [P x K] the s_k-scaled ring x's (fp32) split into
+//   3 bf16 parts (hi + mid + lo ~ 24 bits) and B [K x N] the ring's B rows, exact in bf16 (bf16 act),
+//   in 2 exact bf16 parts (fp16 act) or split into 3 parts (fp32 act); the products with part-index
+//   sum <= 2 are kept. The MMA column order is permuted so that the accumulator
 //   fragment is exactly the lane's 16-byte state chunks: S0 is combined in registers, y = S_w C
 //   is a quad reduction, S_w is written (flush only) with 16-byte stores.
 // * append (every non-flush step): x -> x_ring[w], delta -> dt_ring[w] (chunk 0), B -> B_ring[w]
@@ -34,36 +34,44 @@
 namespace replayssm::cuda {
 namespace {
 
-constexpr int kBParts = 3;
+// The flush product sum_k s_k x_k B_k^T, template SX: the scale on x (SX: A = s_k x_k in fp32, split into
+// kScaledParts bf16 parts, ~24 bits, by each lane for its own rows; B = the ring's B rows as stored, exact in
+// XParts<AT>::kN parts, 1 for bf16 activations) or on B (A = x exact in XParts parts; B = s_k B_k split 3 ways
+// into the CTA's fragment table). Why SX: the scaled-B table costs the CTA 16 KT N three-way splits and stores,
+// ~800 instructions per warp of the flush step (ncu, thirteenth session); with SX it holds 1 part and the
+// split is 8 values per lane per 16 k. REPLAYSSM_M2_FLUSH_SCALE=x|b (launch()).
+constexpr int kScaledParts = 3;
 
-template <class AT> struct XParts;
-template <> struct XParts<__nv_bfloat16> {
-  static constexpr int kN = 1;
-  static __device__ __forceinline__ void split(float v, __nv_bfloat16 (&o)[1]) { o[0] = __float2bfloat16_rn(v); }
-};
-template <> struct XParts<__half> {  // an fp16 value is exactly hi + lo in bf16
-  static constexpr int kN = 2;
-  static __device__ __forceinline__ void split(float v, __nv_bfloat16 (&o)[2]) {
+// v as P bf16 parts (P = 1: rounded; 2: hi + lo, exact for fp16; 3: hi + mid + lo, ~24 bits).
+template <int P>
+__device__ __forceinline__ void split_parts(float v, __nv_bfloat16 (&o)[P]) {
+  if constexpr (P == 1) {
+    o[0] = __float2bfloat16_rn(v);
+  } else if constexpr (P == 2) {
     o[0] = __float2bfloat16_rn(v);
     o[1] = __float2bfloat16_rn(v - __bfloat162float(o[0]));
+  } else {
+    split3_bf16(v, o[0], o[1], o[2]);
   }
-};
-template <> struct XParts<float> {
-  static constexpr int kN = 3;
-  static __device__ __forceinline__ void split(float v, __nv_bfloat16 (&o)[3]) { split3_bf16(v, o[0], o[1], o[2]); }
-};
+}
+
+template <class AT> struct XParts;
+// bf16 parts that hold an activation value exactly (fp32: ~24 bits)
+template <> struct XParts<__nv_bfloat16> { static constexpr int kN = 1; };
+template <> struct XParts<__half> { static constexpr int kN = 2; };  // an fp16 value is exactly hi + lo in bf16
+template <> struct XParts<float> { static constexpr int kN = 3; };
 
 // Dynamic shared memory of one CTA: the staged ring rows k < w in the activation dtype, the x slice
 // [KPAD][XS] of this CTA's P rows and the group's B [KPAD][BS] (each row padded by 16 bytes so that the
 // lane quads of a warp, 4 consecutive k, fall into different banks); then the flush product's B
-// fragments [kBParts][KT][NT][32] uint2, built once per CTA and shared by its warps.
-template <class AT, int N, int KT> struct ReplaySmem {
+// fragments [BP][KT][NT][32] uint2, built once per CTA and shared by its warps.
+template <class AT, int N, int KT, int BP> struct ReplaySmem {
   static constexpr int kPad = 16 / int(sizeof(AT));
   static constexpr int kBS = N + kPad;
   static constexpr __host__ __device__ int xs(int pc) { return pc + kPad; }
   static constexpr __host__ __device__ size_t x_bytes(int pc) { return size_t(16 * KT) * xs(pc) * sizeof(AT); }
   static constexpr size_t kBBytes = size_t(16 * KT) * kBS * sizeof(AT);
-  static constexpr size_t kFragBytes = size_t(kBParts) * KT * (N / 8) * 32 * sizeof(uint2);
+  static constexpr size_t kFragBytes = size_t(BP) * KT * (N / 8) * 32 * sizeof(uint2);
   static constexpr __host__ __device__ size_t total(int pc) { return x_bytes(pc) + kBBytes + kFragBytes; }
 };
 
@@ -76,19 +84,20 @@ template <class ST, class AT, int KT>
 inline constexpr int kReplayMinCtas =
     KT == 1 ? kMinCtas<ST> + (sizeof(ST) == 2 && std::is_same_v<AT, __nv_bfloat16> ? 1 : 0) : 2;
 
-template <class ST, class AT, int N, int KT>
+template <class ST, class AT, int N, int KT, bool SX>
 __global__ void __launch_bounds__(256, kReplayMinCtas<ST, AT, KT>)
 replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const unsigned hpg, const bool ring_vec16,
                      const int prefetch_ctas) {
   using V = Vec16<ST>;
-  using SM = ReplaySmem<AT, N, KT>;
+  constexpr int AP = SX ? kScaledParts : XParts<AT>::kN;  // A (x) and B fragment parts of the flush product
+  constexpr int BP = SX ? XParts<AT>::kN : kScaledParts;
+  using SM = ReplaySmem<AT, N, KT, BP>;
   constexpr int VEC = V::kN;
   constexpr int NG = N / (4 * VEC);
   constexpr int TG = VEC / 2;
   constexpr int BS = SM::kBS;
   constexpr int NT = N / 8;  // MMA n-tiles
   constexpr int KPAD = 16 * KT;
-  constexpr int XP = XParts<AT>::kN;
 
   __shared__ float s_scale[32], s_coef[32], s_C[N], s_B[N];
   __shared__ float s_decay;
@@ -216,7 +225,7 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
 
   // 4. per-step coefficients (append) or the flush product's operands (gemm), from shared memory.
   const int xc[2] = {pr[0] - pbase, pr[1] - pbase};  // this lane's columns of the staged x slice
-  uint32_t afrag[XP][KT][4];
+  uint32_t afrag[AP][KT][4];
   if (!gemm) {
     // bc_k = B_k . C: four k per warp at once, 8 lanes per k with 16-byte shared-memory reads and a
     // 3-shuffle reduction (one k per warp with 5 shuffles made this the longest dependent chain of the
@@ -245,29 +254,30 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
     }
     __syncthreads();
   } else {
-    // Scaled B, split into bf16 parts, stored in MMA B-fragment order (conflict-free 8-byte reads).
+    // B (SX: as stored, exact in BP parts; else s_k B_k in 3), in MMA B-fragment order (conflict-free 8-byte reads).
     // One table per CTA: cheaper than per-warp register builds once a CTA has several warps
     // (measured, run G of docs/results.md: the per-warp build cost 5-7 % on the flush at batch >= 64).
     __nv_bfloat16* fb = reinterpret_cast<__nv_bfloat16*>(s_frag);
     for (int idx = threadIdx.x; idx < KPAD * N; idx += nthreads) {
       const int k = idx / N, n = idx % N;
       float v = 0.f;
-      if (k < w) v = s_scale[k] * Traits<AT>::to_f(s_br[k * BS + n]);
-      else if (k == w) v = s_scale[k] * s_B[n];
-      __nv_bfloat16 part[3];
-      split3_bf16(v, part[0], part[1], part[2]);
+      if (k < w) v = Traits<AT>::to_f(s_br[k * BS + n]);
+      else if (k == w) v = s_B[n];
+      if constexpr (!SX) v *= k <= w ? s_scale[k] : 0.f;
+      __nv_bfloat16 part[BP];
+      split_parts<BP>(v, part);
       const int mg = n / (8 * TG), rem = n % (8 * TG), q = rem % (2 * TG);
       const int j = mg * TG + q / 2, c = 2 * (rem / (2 * TG)) + (q & 1);
       const int kt = k >> 4, kk = k & 15;
       const int ln = c * 4 + ((kk & 7) >> 1), reg = kk >> 3, half = kk & 1;
 #pragma unroll
-      for (int b = 0; b < kBParts; ++b)
+      for (int b = 0; b < BP; ++b)
         fb[((((b * KT + kt) * NT + j) * 32 + ln) * 4) + reg * 2 + half] = part[b];
     }
-    // A fragments: X[p][k] for this lane's rows and k = 2t, 2t+1, 2t+8, 2t+9 (+16 kt).
+    // A fragments: X[p][k] (SX: s_k X[p][k]) for this lane's rows and k = 2t, 2t+1, 2t+8, 2t+9 (+16 kt).
 #pragma unroll
     for (int kt = 0; kt < KT; ++kt) {
-      __nv_bfloat16 e[4][2][XP];  // [reg][half][part]
+      __nv_bfloat16 e[4][2][AP];  // [reg][half][part]
 #pragma unroll
       for (int reg = 0; reg < 4; ++reg) {
         const int r = reg & 1;
@@ -278,15 +288,13 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
           if (ok[r]) {
             if (k < w) v = Traits<AT>::to_f(s_xr[k * XS + xc[r]]);
             else if (k == w) v = xv[r];
+            if constexpr (SX) v *= k <= w ? s_scale[k] : 0.f;
           }
-          __nv_bfloat16 o[XP];
-          XParts<AT>::split(v, o);
-#pragma unroll
-          for (int q = 0; q < XP; ++q) e[reg][hf][q] = o[q];
+          split_parts<AP>(v, e[reg][hf]);
         }
       }
 #pragma unroll
-      for (int q = 0; q < XP; ++q)
+      for (int q = 0; q < AP; ++q)
 #pragma unroll
         for (int reg = 0; reg < 4; ++reg) afrag[q][kt][reg] = pack_bf16x2(e[reg][0][q], e[reg][1][q]);
     }
@@ -312,9 +320,9 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
 #pragma unroll
           for (int sum = 2; sum >= 0; --sum)
 #pragma unroll
-            for (int q = 0; q < XP; ++q) {
+            for (int q = 0; q < AP; ++q) {
               const int b = sum - q;
-              if (b < 0 || b >= kBParts) continue;
+              if (b < 0 || b >= BP) continue;
 #pragma unroll
               for (int kt = 0; kt < KT; ++kt) {
                 const uint2 bf = s_frag[((b * KT + kt) * NT + j) * 32 + lane];
@@ -388,18 +396,26 @@ double prefetch_waves() {
   return d;
 }
 
+// The flush product's scale on x (SX) or on B: REPLAYSSM_M2_FLUSH_SCALE=x|b (read per call); unset: x for fp32
+// state; b for 16-bit state, where x's three A parts at the 64-register bound spill 148 B (ptxas, thirteenth
+// session) against 44 B.
+bool flush_scale_x(DType state) {
+  const int f = env_choice("REPLAYSSM_M2_FLUSH_SCALE", {"x", "b"});
+  return f >= 0 ? f == 0 : state == DType::f32;
+}
+
 bool aligned16(const void* ptr, int64_t elems, size_t esize) {
   return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (elems * int64_t(esize)) % 16 == 0;
 }
 
-template <class ST, class AT, int N, int KT>
+template <class ST, class AT, int N, int KT, bool SX>
 void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
-  using SM = ReplaySmem<AT, N, KT>;
+  using SM = ReplaySmem<AT, N, KT, SX ? XParts<AT>::kN : kScaledParts>;
   const PSplit sp = forced_psplit(choose_psplit(p.step.rows, p.step.heads, p.step.headdim), p.step.headdim);
   const dim3 grid(unsigned(sp.chunks), unsigned(p.step.heads), unsigned(p.step.rows));
   const dim3 block(unsigned(32 * sp.tiles_per_cta));
   const size_t smem = SM::total(16 * sp.tiles_per_cta);
-  auto* kernel = replay_decode_kernel<ST, AT, N, KT>;
+  auto* kernel = replay_decode_kernel<ST, AT, N, KT, SX>;
   allow_dynamic_smem(kernel, smem, "mamba2_replay_decode");  // > 48 KB: fp32 activations at L > 16
   const size_t es = sizeof(AT);
   const bool vec16 = aligned16(p.ring.x_ring, p.ring.xr_slot, es) && aligned16(p.ring.B_ring, p.ring.Br_slot, es) &&
@@ -436,8 +452,9 @@ void mamba2_replay_decode(const Mamba2ReplayParams& p, Stream stream) {
       using AT = decltype(a);
       with_dstate(p.step.dstate, [&](auto n) {
         constexpr int N = decltype(n)::value;
-        if (L <= 16) launch<ST, AT, N, 1>(p, st);
-        else launch<ST, AT, N, 2>(p, st);
+        const bool sx = flush_scale_x(p.step.state_dtype);
+        if (L <= 16) sx ? launch<ST, AT, N, 1, true>(p, st) : launch<ST, AT, N, 1, false>(p, st);
+        else sx ? launch<ST, AT, N, 2, true>(p, st) : launch<ST, AT, N, 2, false>(p, st);
       });
     });
   });

@@ -154,6 +154,28 @@ TEST(CudaMamba2Replay, AppendTiles) {
       }
 }
 
+// Both forms of the flush product (REPLAYSSM_M2_FLUSH_SCALE: the decay weights on x or on B) over every dtype
+// pair, both routes, L = 16 and 32 (one and two 16-token k tiles), with padding rows and 2 L + 2 steps (every fill
+// level, flushes): each must match the float64 oracle and the CPU backend.
+TEST(CudaMamba2Replay, FlushScaleVariants) {
+  NEED_GPU();
+  for (const char* sc : {"x", "b"}) {
+    const ScopedEnv force("REPLAYSSM_M2_FLUSH_SCALE", sc);
+    for (int L : {16, 32})
+      for (auto route : {mamba2::Route::output_only, mamba2::Route::state_and_output})
+        for (DType sd : kF)
+          for (DType ad : kF) {
+            if (L == 32 && route == mamba2::Route::state_and_output) continue;
+            WorldConfig c;
+            c.sd = sd; c.ad = ad; c.L = L; c.rows = 5; c.pad_rows = 2; c.route = route;
+            c.seed = 800 + int(sd) * 3 + int(ad) + L + (route == mamba2::Route::output_only ? 0 : 50) + (*sc == 'x' ? 0 : 7);
+            SCOPED_TRACE(std::string("scale ") + sc + " L=" + std::to_string(L) + " " + dn(sd) + "/" + dn(ad) +
+                         (route == mamba2::Route::output_only ? "" : " state_and_output"));
+            run_case(c, 2 * L + 2, false);
+          }
+  }
+}
+
 TEST(CudaMamba2Replay, RingLengths) {
   NEED_GPU();
   for (int L : {1, 2, 3, 8, 16, 17, 31, 32})
