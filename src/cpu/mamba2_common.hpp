@@ -133,6 +133,16 @@ template <class T> inline T softplus(T u) { return u > T(20) ? u : std::log1p(st
 // exponent can only come from a bad A or overflowing sums and must never amplify the state).
 template <class T> inline T decay(T A, T c) { return std::exp(std::min(A * c, T(0))); }
 
+// The fold weights of n tokens with deltas d[0..n) (the flush, the verify's early flush, materialize): c = their
+// inclusive prefix sums, s[k] = d[k] decay(A, c_{n-1} - c_k); returns the total decay(A, c_{n-1}). n >= 1.
+template <class T>
+inline T decay_weights(T A, const T* d, int n, T* c, T* s) {
+  T run = T(0);
+  for (int k = 0; k < n; ++k) { run += d[k]; c[k] = run; }
+  for (int k = 0; k < n; ++k) s[k] = d[k] * decay(A, c[n - 1] - c[k]);
+  return decay(A, c[n - 1]);
+}
+
 // delta = softplus(dt + dt_bias) of token `tok`, head h, in T.
 template <class T>
 inline T head_delta(const Mamba2StepParams& p, int tok, int h) {

@@ -27,10 +27,8 @@ static void materialize_impl(const Mamba2ReplayParams& rp) {
       T* buf = scratch<T, 0>(size_t(3 * w + N + size_t(w) * (P + N)));
       T *c = buf, *s = c + w, *f = s + w, *srow = f + w, *X = srow + N, *Bm = X + size_t(w) * P;
       const float* dtr = ring.dt_ring + int64_t(slot) * ring.dtr_slot + int64_t(h) * L;
-      T run = T(0);
-      for (int k = 0; k < w; ++k) { run += T(dtr[k]); c[k] = run; }
-      const T A = T(p.A[h]), total = decay(A, c[w - 1]);
-      for (int k = 0; k < w; ++k) s[k] = T(dtr[k]) * decay(A, c[w - 1] - c[k]);
+      for (int k = 0; k < w; ++k) f[k] = T(dtr[k]);  // the deltas; f is the per-row weights below
+      const T total = decay_weights(T(p.A[h]), f, w, c, s);
       const char* xr = at(ring.x_ring, p.act, int64_t(slot) * ring.xr_slot + int64_t(h) * L * P);
       const char* Br = at(ring.B_ring, p.act, int64_t(slot) * ring.Br_slot + int64_t(g) * L * N);
       for (int k = 0; k < w; ++k) {

@@ -70,11 +70,7 @@ static void replay_impl(const Mamba2ReplayParams& rp) {
       for (int k = 0; k < w; ++k) d[k] = T(dtr[k]);
       const T delta = head_delta<T>(p, row, h);
       d[w] = delta;
-      T run = T(0);
-      for (int k = 0; k < nt; ++k) { run += d[k]; c[k] = run; }
-      const T A = T(p.A[h]);
-      const T total = decay(A, c[w]);
-      for (int k = 0; k < nt; ++k) s[k] = d[k] * decay(A, c[w] - c[k]);
+      const T total = decay_weights(T(p.A[h]), d, nt, c, s);
 
       const char* xr = at(ring.x_ring, p.act, int64_t(slot) * ring.xr_slot + int64_t(h) * L * P);
       for (int k = 0; k < w; ++k) load_row<T>(xr + int64_t(k) * P * ad, p.act, P, X + size_t(k) * P);

@@ -67,10 +67,7 @@ static void verify_impl(const Mamba2VerifyParams& vp) {
       char* S0 = at(p.state, p.state_dtype, int64_t(slot) * p.state_slot + int64_t(h) * P * N);
       for (int i = 0; i < P; ++i) load_row<T>(S0 + int64_t(i) * N * sd, p.state_dtype, N, S + size_t(i) * N);
       if (flush && w > 0) {
-        T run = T(0);
-        for (int k = 0; k < w; ++k) { run += d[k]; c[k] = run; }
-        const T total = decay(A, c[w - 1]);
-        for (int k = 0; k < w; ++k) f[k] = d[k] * decay(A, c[w - 1] - c[k]);
+        const T total = decay_weights(A, d, w, c, f);
         for (int i = 0; i < P; ++i) {
           T* Si = S + size_t(i) * N;
           for (int nn = 0; nn < N; ++nn) Si[nn] *= total;
