@@ -128,6 +128,16 @@ inline TokenPrep<T> prep_token(const GdnStepParams& p, int64_t tok, int hv, T* q
 
 inline int32_t slot_of(const GdnStepParams& p, int row) { return p.slot_idx[row * p.slot_idx_stride]; }
 
+// Per-head history of a linear ring (replay decode and materialize): with G_j the inclusive prefix sums of the w
+// log-decays g_j at gr, om[j] = exp(G - G_j); returns G = the total (0 for w = 0).
+template <class T>
+inline T decay_history_per_head(const void* gr, DType g_dtype, int w, T* om) {
+  T G = 0;
+  for (int j = 0; j < w; ++j) { G += load_one<T>(gr, g_dtype, j); om[j] = G; }
+  for (int j = 0; j < w; ++j) om[j] = std::exp(G - om[j]);
+  return G;
+}
+
 // Per-channel history (replay decode and verify): G holds the w raw log-decay rows g_c (K each) and kh the w
 // keys, in logical order. Afterwards G holds the inclusive prefix sums, tot = exp(G_{w-1}) (all ones for w = 0)
 // and kh_c = k_c o exp(G_{w-1} - G_c): every history key decayed to the end of the history.

@@ -42,9 +42,7 @@ void run(const GdnReplayParams& P) {
           decay_history_per_channel(G.data(), kh.data(), tot.data(), w, K);
           materialise_per_channel(S0, p.state_dtype, tot.data(), dh.data(), kh.data(), w, V, K, Sp.data());
         } else {
-          T Gs = 0;
-          for (int j = 0; j < w; ++j) { Gs += load_one<T>(gr, R.g_dtype, j); om[j] = Gs; }
-          for (int j = 0; j < w; ++j) om[j] = std::exp(Gs - om[j]);
+          const T Gs = decay_history_per_head(gr, R.g_dtype, w, om.data());
           materialise_per_head(S0, p.state_dtype, T(std::exp(Gs)), om.data(), dh.data(), kh.data(), w, V, K, Sp.data());
         }
         store_row<T>(S0, p.state_dtype, V * K, Sp.data());

@@ -47,10 +47,7 @@ void run(const GdnReplayParams& P) {
         void* gr = at(R.g_ring, R.g_dtype, slot * R.gr_slot + int64_t(hv) * L);
         void* dr = at(R.d_ring, R.d_dtype, slot * R.dr_slot + int64_t(hv) * L * V);
         void* kr = at(R.k_ring, R.k_dtype, slot * R.kr_slot + int64_t(h) * L * K);
-        T G = 0;
-        for (int j = 0; j < w; ++j) { G += load_one<T>(gr, R.g_dtype, j); om[j] = G; }
-        for (int j = 0; j < w; ++j) om[j] = std::exp(G - om[j]);
-        const T tot = std::exp(G);
+        const T tot = std::exp(decay_history_per_head(gr, R.g_dtype, w, om.data()));
         load_row<T>(dr, R.d_dtype, w * V, dh.data());
         load_row<T>(kr, R.k_dtype, w * K, kh.data());
 
