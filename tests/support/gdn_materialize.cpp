@@ -60,13 +60,4 @@ std::vector<double> fold_f64(const Filled& f, int slot) {
   return S;
 }
 
-double state_round_tol(DType t) {
-  switch (t) {
-    case DType::bf16: return 8e-3;
-    case DType::f16: return 1e-3;
-    case DType::f64: return 1e-12;
-    default: return 1e-5;
-  }
-}
-
 }  // namespace replayssm::test::gdn

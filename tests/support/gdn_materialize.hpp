@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "support/gdn_harness.hpp"
+#include "support/state_round_tol.hpp"
 
 namespace replayssm::test::gdn {
 
@@ -21,7 +22,6 @@ struct Filled {
 Filled fill_rings(const GdnGeometry& geo, DType state, DType act, DType ring, int L, bool per_channel, uint64_t seed);
 // The float64 fold of slot's stored checkpoint and ring tokens 0..w-1: [HV][V][K].
 std::vector<double> fold_f64(const Filled& f, int slot);
-// One rounding to the state dtype, relative to the largest value (max_err), plus fp32 sums' slack.
-double state_round_tol(DType t);
+using test::state_round_tol;  // one rounding to the state dtype, relative to the largest value (max_err)
 
 }  // namespace replayssm::test::gdn

@@ -35,15 +35,6 @@ std::vector<double> fold_f64(const Problem& a, int slot) {
   return S;
 }
 
-double state_round_tol(DType t) {
-  switch (t) {
-    case DType::bf16: return 8e-3;
-    case DType::f16: return 1e-3;
-    case DType::f64: return 1e-12;
-    default: return 1e-5;  // fp32: one rounding plus fp32 sums over up to 63 tokens (Nano L = 64: 3e-6 seen)
-  }
-}
-
 Filled fill_rings(const Mamba2Geometry& geo, DtypePair dt, int L, uint64_t seed) {
   Config s;
   s.geo = geo;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "support/mamba2_harness.hpp"
+#include "support/state_round_tol.hpp"
 
 namespace replayssm::test::m2 {
 
@@ -11,8 +12,7 @@ namespace replayssm::test::m2 {
 void replay_step(Problem& a, int L);
 // The float64 fold of slot's stored checkpoint and ring tokens 0..w-1 (w = its cursor): [H][P][N].
 std::vector<double> fold_f64(const Problem& a, int slot);
-// One rounding to the state dtype, relative (plus the fp32 sums' slack for fp32 states).
-double state_round_tol(DType t);
+using test::state_round_tol;  // one rounding to the state dtype, relative
 
 struct Filled {
   Problem a;
