@@ -24,7 +24,6 @@
 //   (first head of the group only).
 #include <algorithm>
 #include <cstdlib>
-#include <type_traits>
 
 #include "cuda/bulk_copy.cuh"
 #include "cuda/common.cuh"
@@ -39,8 +38,11 @@ namespace {
 // XParts<AT>::kN parts, 1 for bf16 activations) or on B (A = x exact in XParts parts; B = s_k B_k split 3 ways
 // into the CTA's fragment table). Why SX: the scaled-B table costs the CTA 16 KT N three-way splits and stores,
 // ~800 instructions per warp of the flush step (ncu, thirteenth session); with SX it holds 1 part and the
-// split is 8 values per lane per 16 k. REPLAYSSM_M2_FLUSH_SCALE=x|b (launch()).
-constexpr int kScaledParts = 3;
+// split is 8 values per lane per 16 k. REPLAYSSM_M2_FLUSH_SCALE=x|b (flush_scale_x(), default x).
+// The scaled operand in 3 bf16 parts (~24 bits) for an fp32 checkpoint; 2 (~16 bits, relative error ~2^-17 per
+// product) for a 16-bit one, whose rounding to the state dtype (2^-9 / 2^-12) dominates that by 30-60x: one MMA in
+// three and a third of the part registers and table stores fewer.
+template <class ST> inline constexpr int kScaledParts = sizeof(ST) == 4 ? 3 : 2;
 
 // v as P bf16 parts (P = 1: rounded; 2: hi + lo, exact for fp16; 3: hi + mid + lo, ~24 bits).
 template <int P>
@@ -75,22 +77,22 @@ template <class AT, int N, int KT, int BP> struct ReplaySmem {
   static constexpr __host__ __device__ size_t total(int pc) { return x_bytes(pc) + kBBytes + kFragBytes; }
 };
 
-// CTAs of 256 threads per SM the kernel is compiled for. A 16-bit state with bf16 activations gets one more
-// than the classic kernels (64 registers, 32-60 B of spills, 8 CTAs of 4 warps per SM): measured on the H200
-// (2026-12-03, sixth session) append +4-6 points of copy, amortised 0.92-0.95x -> 0.85-0.88x classic at batch
-// 512. Not for fp32 state (80 registers spill ~92 B of MMA fragments: append -12 points) nor for fp16 / fp32
-// activations (2-3 x-parts per fragment: 70-160 B of spills). L > 16 (KT = 2) needs the registers.
+// CTAs of 256 threads per SM the kernel is compiled for: the classic kernels' count (fp32 state 128 registers,
+// 16-bit state 80, no spills) for L <= 16; L > 16 (KT = 2) needs the registers. History: the sixth session gave
+// 16-bit state with bf16 activations one CTA more (64 registers, 8 CTAs of 4 warps per SM, 32-60 B of spills) and
+// measured it faster then; after the thirteenth session's instruction diet the fourteenth measured the reverse
+// (H200, Super / Ultra bf16 / bf16, b512: append 396 -> 373 us, 70 -> 74 % of copy, amortised 0.77x -> 0.73x;
+// b64 0.88x -> 0.79x), so every dtype pair now gets the classic count.
 template <class ST, class AT, int KT>
-inline constexpr int kReplayMinCtas =
-    KT == 1 ? kMinCtas<ST> + (sizeof(ST) == 2 && std::is_same_v<AT, __nv_bfloat16> ? 1 : 0) : 2;
+inline constexpr int kReplayMinCtas = KT == 1 ? kMinCtas<ST> : 2;
 
 template <class ST, class AT, int N, int KT, bool SX>
 __global__ void __launch_bounds__(256, kReplayMinCtas<ST, AT, KT>)
 replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const unsigned hpg, const bool ring_vec16,
                      const int prefetch_ctas) {
   using V = Vec16<ST>;
-  constexpr int AP = SX ? kScaledParts : XParts<AT>::kN;  // A (x) and B fragment parts of the flush product
-  constexpr int BP = SX ? XParts<AT>::kN : kScaledParts;
+  constexpr int AP = SX ? kScaledParts<ST> : XParts<AT>::kN;  // A (x) and B fragment parts of the flush product
+  constexpr int BP = SX ? XParts<AT>::kN : kScaledParts<ST>;
   using SM = ReplaySmem<AT, N, KT, BP>;
   constexpr int VEC = V::kN;
   constexpr int NG = N / (4 * VEC);
@@ -396,13 +398,13 @@ double prefetch_waves() {
   return d;
 }
 
-// The flush product's scale on x (SX) or on B: REPLAYSSM_M2_FLUSH_SCALE=x|b (read per call); unset: x for fp32
-// state with dstate 128 (measured on the H200, thirteenth session: flush 78 -> 88-92 % of copy); b for 16-bit
-// state, where x's three A parts at the 64-register bound spill 148 B (ptxas) against 44 B and the append step lost
-// 9 %, and for dstate 64 until the GPU tests have run it by default there (they force both forms on dstate 128).
-bool flush_scale_x(DType state, int dstate) {
+// The flush product's scale on x (SX) or on B: REPLAYSSM_M2_FLUSH_SCALE=x|b (read per call); unset: x. Measured on
+// the H200: fp32 state (thirteenth session) flush 78 -> 88-92 % of copy; 16-bit state at the 80-register bound
+// (fourteenth session, Super b512) flush 890 -> 765 us, amortised equal. dstate 64 runs x in the GPU tests (every
+// dtype pair, AppendTiles) but has not been benchmarked: no preset has dstate 64.
+bool flush_scale_x() {
   const int f = env_choice("REPLAYSSM_M2_FLUSH_SCALE", {"x", "b"});
-  return f >= 0 ? f == 0 : state == DType::f32 && dstate == 128;
+  return f != 1;
 }
 
 bool aligned16(const void* ptr, int64_t elems, size_t esize) {
@@ -411,7 +413,7 @@ bool aligned16(const void* ptr, int64_t elems, size_t esize) {
 
 template <class ST, class AT, int N, int KT, bool SX>
 void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
-  using SM = ReplaySmem<AT, N, KT, SX ? XParts<AT>::kN : kScaledParts>;
+  using SM = ReplaySmem<AT, N, KT, SX ? XParts<AT>::kN : kScaledParts<ST>>;
   const PSplit sp = forced_psplit(choose_psplit(p.step.rows, p.step.heads, p.step.headdim), p.step.headdim);
   const dim3 grid(unsigned(sp.chunks), unsigned(p.step.heads), unsigned(p.step.rows));
   const dim3 block(unsigned(32 * sp.tiles_per_cta));
@@ -453,7 +455,7 @@ void mamba2_replay_decode(const Mamba2ReplayParams& p, Stream stream) {
       using AT = decltype(a);
       with_dstate(p.step.dstate, [&](auto n) {
         constexpr int N = decltype(n)::value;
-        const bool sx = flush_scale_x(p.step.state_dtype, N);
+        const bool sx = flush_scale_x();
         if (L <= 16) sx ? launch<ST, AT, N, 1, true>(p, st) : launch<ST, AT, N, 1, false>(p, st);
         else sx ? launch<ST, AT, N, 2, true>(p, st) : launch<ST, AT, N, 2, false>(p, st);
       });
