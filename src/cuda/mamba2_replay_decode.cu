@@ -24,6 +24,7 @@
 //   (first head of the group only).
 #include <algorithm>
 #include <cstdlib>
+#include <type_traits>
 
 #include "cuda/bulk_copy.cuh"
 #include "cuda/common.cuh"
@@ -78,16 +79,20 @@ template <class AT, int N, int KT, int BP> struct ReplaySmem {
 };
 
 // CTAs of 256 threads per SM the kernel is compiled for: the classic kernels' count (fp32 state 128 registers,
-// 16-bit state 80, no spills) for L <= 16; L > 16 (KT = 2) needs the registers. History: the sixth session gave
-// 16-bit state with bf16 activations one CTA more (64 registers, 8 CTAs of 4 warps per SM, 32-60 B of spills) and
-// measured it faster then; after the thirteenth session's instruction diet the fourteenth measured the reverse
-// (H200, Super / Ultra bf16 / bf16, b512: append 396 -> 373 us, 70 -> 74 % of copy, amortised 0.77x -> 0.73x;
-// b64 0.88x -> 0.79x), so every dtype pair now gets the classic count.
+// 16-bit state 80, no spills) for L <= 16; L > 16 (KT = 2) needs the registers. XC = 1 (16-bit state, bf16
+// activations, L <= 16 only) compiles one CTA more: 64 registers, 68-96 B of spills. Measured on the H200:
+// * 4-warp CTAs (headdim 64: Super, Ultra) are faster at 80 registers (fourteenth session, b512: append 396 ->
+//   373 us, amortised 0.77x -> 0.73x; the sixth session had measured the reverse before the diet of the thirteenth);
+// * 5-warp CTAs (headdim 80: Nano) are faster at 64 (6 CTAs of 5 warps per SM instead of 5: append 359 vs 389 us).
+// dense_ctas() picks XC per launch.
 template <class ST, class AT, int KT>
 inline constexpr int kReplayMinCtas = KT == 1 ? kMinCtas<ST> : 2;
+constexpr int kDenseMinRows = 128;  // measured: b64 faster without, b128 / b256 / b512 with
+template <class ST, class AT, int KT>
+inline constexpr bool kHasDense = KT == 1 && sizeof(ST) == 2 && std::is_same_v<AT, __nv_bfloat16>;
 
-template <class ST, class AT, int N, int KT, bool SX>
-__global__ void __launch_bounds__(256, kReplayMinCtas<ST, AT, KT>)
+template <class ST, class AT, int N, int KT, bool SX, int XC>
+__global__ void __launch_bounds__(256, kReplayMinCtas<ST, AT, KT> + XC)
 replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const unsigned hpg, const bool ring_vec16,
                      const int prefetch_ctas) {
   using V = Vec16<ST>;
@@ -411,6 +416,15 @@ bool aligned16(const void* ptr, int64_t elems, size_t esize) {
   return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (elems * int64_t(esize)) % 16 == 0;
 }
 
+// The XC = 1 instance (one CTA more per SM) for CTAs of 5 warps at large batches; REPLAYSSM_M2_REPLAY_DENSE=0|1
+// forces it off / on (where the instance exists: 16-bit state, bf16 activations, L <= 16). Measured (H200, Nano
+// bf16 / bf16, fourteenth session runs 3-4): amortised b512 0.78x -> 0.76x with it, b256 0.79x -> 0.78x, b128 0.81x ->
+// 0.79x, b64 0.85x -> 0.88x (slower), b8 equal.
+bool dense_ctas(int tiles_per_cta, int rows) {
+  const int f = env_choice("REPLAYSSM_M2_REPLAY_DENSE", {"0", "1"});
+  return f >= 0 ? f == 1 : tiles_per_cta == 5 && rows >= kDenseMinRows;
+}
+
 template <class ST, class AT, int N, int KT, bool SX>
 void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
   using SM = ReplaySmem<AT, N, KT, SX ? XParts<AT>::kN : kScaledParts<ST>>;
@@ -418,7 +432,10 @@ void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
   const dim3 grid(unsigned(sp.chunks), unsigned(p.step.heads), unsigned(p.step.rows));
   const dim3 block(unsigned(32 * sp.tiles_per_cta));
   const size_t smem = SM::total(16 * sp.tiles_per_cta);
-  auto* kernel = replay_decode_kernel<ST, AT, N, KT, SX>;
+  auto* kernel = replay_decode_kernel<ST, AT, N, KT, SX, 0>;
+  bool dense = false;
+  if constexpr (kHasDense<ST, AT, KT>)
+    if ((dense = dense_ctas(sp.tiles_per_cta, p.step.rows))) kernel = replay_decode_kernel<ST, AT, N, KT, SX, 1>;
   allow_dynamic_smem(kernel, smem, "mamba2_replay_decode");  // > 48 KB: fp32 activations at L > 16
   const size_t es = sizeof(AT);
   const bool vec16 = aligned16(p.ring.x_ring, p.ring.xr_slot, es) && aligned16(p.ring.B_ring, p.ring.Br_slot, es) &&
@@ -427,10 +444,10 @@ void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
   if (const double waves = prefetch_waves(); waves != 0.0) {
     // CTAs per SM depend only on the instance, its CTA size (1-8 tiles) and the device: asked once each, not
     // on every step.
-    static int per_sm_cache[64][9] = {};
+    static int per_sm_cache[64][9][2] = {};
     int dev = 0;
     check_cuda(cudaGetDevice(&dev), "mamba2_replay_decode");
-    int& per_sm = per_sm_cache[dev >= 0 && dev < 64 ? dev : 0][sp.tiles_per_cta];
+    int& per_sm = per_sm_cache[dev >= 0 && dev < 64 ? dev : 0][sp.tiles_per_cta][dense];
     if (per_sm == 0)
       check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, int(block.x), smem), "mamba2_replay_decode");
     const long long resident = (long long)std::max(per_sm, 1) * sm_count();

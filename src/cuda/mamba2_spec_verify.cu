@@ -61,7 +61,7 @@ size_t smem_bytes(int N, int kmax, int PC) {
 
 template <class ST, class AT, int N>
 __global__ void __launch_bounds__(256, 2)
-spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta) {
+spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const unsigned hpg, const unsigned hpg_magic) {
   using V = Vec16<ST>;
   constexpr int VEC = V::kN;
   constexpr int NG = N / (4 * VEC);        // 16-byte column groups per state row
@@ -113,8 +113,9 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta) {
   const int pre = w - base;        // replayed history tokens before window position 0
   const int KL = w + n - base;     // replayed tokens
   const int ntok = w + n;          // logical tokens staged (a fold needs the history too)
-  // unsigned: a signed division costs ~2x the instructions (ncu, tenth session)
-  const int hpg = int(unsigned(p.heads) / unsigned(p.groups)), grp = int(unsigned(h) / unsigned(hpg));
+  // The group without a division (ncu, fourteenth session: 39 instructions per warp for two unsigned divisions):
+  // hpg = heads / groups and its reciprocal ceil(2^32 / hpg) come from the host; exact for h, hpg < 2^16.
+  const int grp = hpg == 1u ? h : int(__umulhi(unsigned(h), hpg_magic));
 
   // ---- wave 3: stage logical tokens 0..ntok-1 (ring for k < w, step inputs for k >= w) ----
   const int kmax = vp.history + vp.window;
@@ -141,7 +142,9 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta) {
   }
   // nthreads = 32 tiles and XCH = 16 tiles / E: a thread keeps its chunk column c = tid % XCH and steps
   // 2E tokens per trip (no run-time division per trip).
-  const int xc = tid % XCH, xk0 = tid / XCH, xstep = nthreads / XCH, xpp = pbase + xc * E;
+  const unsigned uxch = unsigned(XCH);  // unsigned division: about half the instructions of a signed one
+  const int xc = int(unsigned(tid) % uxch), xk0 = int(unsigned(tid) / uxch), xstep = int(unsigned(nthreads) / uxch);
+  const int xpp = pbase + xc * E;
   for (int k = xk0; k < ntok; k += xstep) {
     const int c = xc, pp = xpp;
     const AT* src = k < w ? xring + int64_t((origin + k) & mask) * P + pp
@@ -189,7 +192,7 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta) {
     const int c = xc, pp = xpp;
     store_chunk(xring + int64_t((origin + w + j) & mask) * P + pp, s_X + (w + j) * XS + c * E, P - pp);
   }
-  if (chunk == 0 && h == grp * hpg)  // one CTA per (row, group) writes the group's B
+  if (chunk == 0 && unsigned(h) == unsigned(grp) * hpg)  // one CTA per (row, group) writes the group's B
     for (int i = tid; i < n * BCH; i += nthreads) {
       const int j = i / BCH, c = i % BCH;
       store_chunk(Bring + int64_t((origin + w + j) & mask) * N + c * E, s_B + (w + j) * BS + c * E, E);
@@ -370,18 +373,18 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) y[r][e] = fac * (acc[0][2 * r + e] + acc[1][2 * r + e]) + yr[2 * r + e];
   }
-  AT* out = static_cast<AT*>(p.out);
+  // one 64-bit base per lane (window position 2t, this head); position 2t + 1 is one token stride further
+  AT* out = static_cast<AT*>(p.out) + int64_t(t0 + 2 * t) * p.out_tok + int64_t(h) * p.out_head;
+  const AT* xs = s_X + size_t(w + 2 * t) * XS;
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
-    const int s = 2 * t + e;
-    if (s >= n) continue;
-    const int tok = t0 + s;
+    if (2 * t + e >= n) continue;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       if (!ok[r]) continue;
-      float v = fmaf(Dh, Traits<AT>::to_f(s_X[size_t(w + s) * XS + pl[r]]), y[r][e]);
+      float v = fmaf(Dh, Traits<AT>::to_f(xs[e * XS + pl[r]]), y[r][e]);
       if (z) v *= zv[r][e] / (1.f + expf(-zv[r][e]));
-      out[int64_t(tok) * p.out_tok + int64_t(h) * p.out_head + pr[r]] = Traits<AT>::from_f(v);
+      out[e * p.out_tok + pr[r]] = Traits<AT>::from_f(v);
     }
   }
 }
@@ -394,7 +397,10 @@ void launch(const Mamba2VerifyParams& p, cudaStream_t st) {
   const size_t smem = smem_bytes<AT>(N, p.history + p.window, sp.tiles_per_cta * 16);
   auto kernel = spec_verify_kernel<ST, AT, N>;
   allow_dynamic_smem(kernel, smem, "spec_verify");
-  kernel<<<grid, block, smem, st>>>(p, sp.tiles_per_cta);
+  const unsigned hpg = unsigned(p.step.heads / p.step.groups);
+  // ceil(2^32 / hpg) (0 for hpg = 1: the kernel takes grp = h then)
+  const unsigned magic = hpg == 1 ? 0u : unsigned((uint64_t(1) << 32) / hpg + ((uint64_t(1) << 32) % hpg != 0));
+  kernel<<<grid, block, smem, st>>>(p, sp.tiles_per_cta, hpg, magic);
 }
 
 }  // namespace
@@ -402,6 +408,7 @@ void launch(const Mamba2VerifyParams& p, cudaStream_t st) {
 void mamba2_spec_verify(const Mamba2VerifyParams& p, Stream stream) {
   if (p.step.rows <= 0) return;
   if (p.step.rows > 65535) throw Error("slot_idx", "the CUDA kernels take at most 65535 rows per launch");
+  if (p.step.heads > 65535) throw Error("x", "the CUDA verify kernel takes at most 65535 heads");
   if (p.window < 1 || p.window > kMaxWin)
     throw Error("spec", "the CUDA verify kernel supports windows of 1.." + std::to_string(kMaxWin) + " tokens, got " +
                             std::to_string(p.window));

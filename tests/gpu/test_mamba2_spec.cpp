@@ -242,6 +242,7 @@ TEST(CudaMamba2Spec, WindowsRingsAndGeometries) {
       {{8, 64, 128, 2}, 32, 8, 3, 120}, {{8, 64, 128, 2}, 56, 8, 3, 100},  // ring 64
       {{8, 64, 128, 2}, 40, 3, 3, 100},  // ring 64, short windows: long non-flush replays (KL <= 43)
       {{6, 80, 64, 3}, 12, 4, 4, 80},   {{12, 80, 128, 1}, 16, 4, 3, 60},
+      {{4, 64, 128, 4}, 16, 4, 3, 60},   // one head per group (the kernel's group index without a division)
       {{6, 80, 64, 3}, 48, 8, 3, 80},    // ring 64, dstate 64, P = 80
       {{96, 80, 128, 8}, 16, 4, 2, 25},  // Nemotron-3 Nano
       {{128, 64, 128, 8}, 16, 6, 2, 20}, // Super
