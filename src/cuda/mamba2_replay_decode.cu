@@ -15,7 +15,7 @@
 //   launch, no bc scratch), y = decay (S0 C) + sum_k s_k bc_k x_k + D x.
 // * flush (w == L-1) or state_and_output: S_w = decay S0 + Xs B^T on tensor cores
 //   (mma.sync m16n8k16 bf16, fp32 accumulate) with Xs [P x K] the s_k-scaled ring x's (fp32) split into
-//   3 bf16 parts (hi + mid + lo ~ 24 bits) and B [K x N] the ring's B rows, exact in bf16 (bf16 act),
+//   bf16 parts (fp32 state: hi + mid + lo ~ 24 bits; 16-bit state: hi + lo) and B [K x N] the ring's B rows, exact in bf16 (bf16 act),
 //   in 2 exact bf16 parts (fp16 act) or split into 3 parts (fp32 act); the products with part-index
 //   sum <= 2 are kept. The MMA column order is permuted so that the accumulator
 //   fragment is exactly the lane's 16-byte state chunks: S0 is combined in registers, y = S_w C
@@ -35,11 +35,11 @@ namespace replayssm::cuda {
 namespace {
 
 // The flush product sum_k s_k x_k B_k^T, template SX: the scale on x (SX: A = s_k x_k in fp32, split into
-// kScaledParts bf16 parts, ~24 bits, by each lane for its own rows; B = the ring's B rows as stored, exact in
-// XParts<AT>::kN parts, 1 for bf16 activations) or on B (A = x exact in XParts parts; B = s_k B_k split 3 ways
-// into the CTA's fragment table). Why SX: the scaled-B table costs the CTA 16 KT N three-way splits and stores,
-// ~800 instructions per warp of the flush step (ncu, thirteenth session); with SX it holds 1 part and the
-// split is 8 values per lane per 16 k. REPLAYSSM_M2_FLUSH_SCALE=x|b (flush_scale_x(), default x).
+// kScaledParts bf16 parts by each lane for its own rows; B = the ring's B rows as stored, exact in
+// XParts<AT>::kN parts, 1 for bf16 activations) or on B (A = x exact in XParts parts; B = s_k B_k split into
+// kScaledParts parts in the CTA's fragment table). Why SX: the scaled-B table costs the CTA 16 KT N three-way
+// splits and stores, ~800 instructions per warp of the flush step (ncu, thirteenth session); with SX it holds 1
+// part and the split is 8 values per lane per 16 k. REPLAYSSM_M2_FLUSH_SCALE=x|b (flush_scale_x(), default x).
 // The scaled operand in 3 bf16 parts (~24 bits) for an fp32 checkpoint; 2 (~16 bits, relative error ~2^-17 per
 // product) for a 16-bit one, whose rounding to the state dtype (2^-9 / 2^-12) dominates that by 30-60x: one MMA in
 // three and a third of the part registers and table stores fewer.
@@ -64,6 +64,10 @@ template <> struct XParts<__nv_bfloat16> { static constexpr int kN = 1; };
 template <> struct XParts<__half> { static constexpr int kN = 2; };  // an fp16 value is exactly hi + lo in bf16
 template <> struct XParts<float> { static constexpr int kN = 3; };
 
+// bf16 parts of the flush product's A (x) and B fragments: the scaled operand in kScaledParts, the other exact.
+template <class ST, class AT, bool SX> inline constexpr int kFlushAParts = SX ? kScaledParts<ST> : XParts<AT>::kN;
+template <class ST, class AT, bool SX> inline constexpr int kFlushBParts = SX ? XParts<AT>::kN : kScaledParts<ST>;
+
 // Dynamic shared memory of one CTA: the staged ring rows k < w in the activation dtype, the x slice
 // [KPAD][XS] of this CTA's P rows and the group's B [KPAD][BS] (each row padded by 16 bytes so that the
 // lane quads of a warp, 4 consecutive k, fall into different banks); then the flush product's B
@@ -85,19 +89,18 @@ template <class AT, int N, int KT, int BP> struct ReplaySmem {
 //   373 us, amortised 0.77x -> 0.73x; the sixth session had measured the reverse before the diet of the thirteenth);
 // * 5-warp CTAs (headdim 80: Nano) are faster at 64 (6 CTAs of 5 warps per SM instead of 5: append 359 vs 389 us).
 // dense_ctas() picks XC per launch.
-template <class ST, class AT, int KT>
+template <class ST, int KT>
 inline constexpr int kReplayMinCtas = KT == 1 ? kMinCtas<ST> : 2;
 constexpr int kDenseMinRows = 128;  // measured: b64 faster without, b128 / b256 / b512 with
 template <class ST, class AT, int KT>
 inline constexpr bool kHasDense = KT == 1 && sizeof(ST) == 2 && std::is_same_v<AT, __nv_bfloat16>;
 
 template <class ST, class AT, int N, int KT, bool SX, int XC>
-__global__ void __launch_bounds__(256, kReplayMinCtas<ST, AT, KT> + XC)
+__global__ void __launch_bounds__(256, kReplayMinCtas<ST, KT> + XC)
 replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const unsigned hpg, const bool ring_vec16,
                      const int prefetch_ctas) {
   using V = Vec16<ST>;
-  constexpr int AP = SX ? kScaledParts<ST> : XParts<AT>::kN;  // A (x) and B fragment parts of the flush product
-  constexpr int BP = SX ? XParts<AT>::kN : kScaledParts<ST>;
+  constexpr int AP = kFlushAParts<ST, AT, SX>, BP = kFlushBParts<ST, AT, SX>;
   using SM = ReplaySmem<AT, N, KT, BP>;
   constexpr int VEC = V::kN;
   constexpr int NG = N / (4 * VEC);
@@ -261,7 +264,7 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
     }
     __syncthreads();
   } else {
-    // B (SX: as stored, exact in BP parts; else s_k B_k in 3), in MMA B-fragment order (conflict-free 8-byte reads).
+    // B (SX: as stored, exact in BP parts; else s_k B_k in kScaledParts), in MMA B-fragment order (conflict-free 8-byte reads).
     // One table per CTA: cheaper than per-warp register builds once a CTA has several warps
     // (measured, run G of docs/results.md: the per-warp build cost 5-7 % on the flush at batch >= 64).
     __nv_bfloat16* fb = reinterpret_cast<__nv_bfloat16*>(s_frag);
@@ -427,7 +430,7 @@ bool dense_ctas(int tiles_per_cta, int rows) {
 
 template <class ST, class AT, int N, int KT, bool SX>
 void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
-  using SM = ReplaySmem<AT, N, KT, SX ? XParts<AT>::kN : kScaledParts<ST>>;
+  using SM = ReplaySmem<AT, N, KT, kFlushBParts<ST, AT, SX>>;
   const PSplit sp = forced_psplit(choose_psplit(p.step.rows, p.step.heads, p.step.headdim), p.step.headdim);
   const dim3 grid(unsigned(sp.chunks), unsigned(p.step.heads), unsigned(p.step.rows));
   const dim3 block(unsigned(32 * sp.tiles_per_cta));
