@@ -82,9 +82,15 @@ __device__ __forceinline__ void replay_quad_row(const GdnReplayParams P, const i
   uint32_t vb[RPT];  // raw bits, converted once the history copies are issued (ld_any waited for each in turn)
 #pragma unroll
   for (int r = 0; r < RPT; ++r) vb[r] = uint32_t(ld_bits(vp, i0 + 8 * r, p.act));
+  const int vpk = p.v_heads / p.k_heads, h = hv / vpk;
+  // Fused: warp 0's token inputs (q, k, gates) in flight with the cursor, finished (norms, gates) after it.
+  // Before, they were loaded after the cursor wait: one more round trip on warp 0's chain to the CTA barrier
+  // (ncu, fifteenth session, Qwen3.5-4B b8: 20 % of the stall samples on their conversion). Not for FLUSH_ONLY,
+  // whose CTAs mostly find an append row and return before loading anything.
+  TokenRaw<K> tr;
+  if (!FLUSH_ONLY && warp == 0) tr = token_load<K>(p, row, h, hv);
   if (w < 0 || w >= L) return;  // corrupt cursor: skip the row rather than write out of bounds
   const bool flush = w == L - 1;
-  const int vpk = p.v_heads / p.k_heads, h = hv / vpk;
   float* gr = static_cast<float*>(R.g_ring) + int64_t(slot) * R.gr_slot + int64_t(hv) * L;
   void* dr = mptr(R.d_ring, R.d_dtype, int64_t(slot) * R.dr_slot + int64_t(hv) * L * V);
   void* kr = mptr(R.k_ring, R.k_dtype, int64_t(slot) * R.kr_slot + int64_t(h) * L * K);
@@ -94,7 +100,20 @@ __device__ __forceinline__ void replay_quad_row(const GdnReplayParams P, const i
   if (warp == 0) {
     const float gj = lane < w ? gr[lane] : 0.f;
     float kn[K / 32];
-    prep_token<K>(p, row, h, hv, ts, kn);
+    if constexpr (FLUSH_ONLY) {
+      prep_token<K>(p, row, h, hv, ts, kn);
+    } else {  // the same operations and values as prep_token
+      const WarpToken<K> tk = token_finish<K>(p, tr);
+      token_to_smem<K>(tk, ts.q, ts.k);
+#pragma unroll
+      for (int e = 0; e < K / 32; ++e) kn[e] = tk.k[e];
+      if (lane == 0) {
+        ts.kq = tk.kq;
+        ts.g = tk.g;
+        ts.alpha = tk.alpha;
+        ts.beta = tk.beta;
+      }
+    }
     const float c = warp_inclusive_sum(gj, lane);
     const float G = __shfl_sync(0xffffffffu, c, 31);
     s_om[lane] = lane < w ? expf(G - c) : 0.f;

@@ -95,7 +95,7 @@ constexpr int kDenseMinRows = 128;  // measured: b64 faster without, b128 / b256
 template <class ST, class AT, int KT>
 inline constexpr bool kHasDense = KT == 1 && sizeof(ST) == 2 && std::is_same_v<AT, __nv_bfloat16>;
 
-template <class ST, class AT, int N, int KT, bool SX, int XC>
+template <class ST, class AT, int N, int KT, bool SX, int XC, bool SMALL>
 __global__ void __launch_bounds__(256, kReplayMinCtas<ST, KT> + XC)
 replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const unsigned hpg, const bool ring_vec16,
                      const int prefetch_ctas) {
@@ -164,11 +164,28 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
     dt_b = p.dt_bias ? p.dt_bias[h] : 0.f;
     A = p.A[h];
   }
-  const bool bc_regs = nthreads >= N;  // one B and one C value per thread, held raw until the staging is issued
-  AT craw = Traits<AT>::from_f(0.f), braw = craw;
+  // The step's B and C (N values each), loaded raw here with the other step inputs and held until the ring staging
+  // is issued: element threadIdx.x + i nthreads, i < kBC. CTAs of >= N threads take one value each. SMALL (CTAs of
+  // fewer than N threads, the small-batch shapes) takes N / 32; without it such a CTA runs the strided
+  // load-convert-store loop below after the cursor wait, one global round trip per trip (ncu, fifteenth session,
+  // Super fp32 b8 with 2-warp CTAs: 45 % of the stall samples). A separate instance because the same code in the
+  // large-CTA instances cost them 3-7 % (run 2: b16-b512), with the same registers.
+  constexpr int kBC = SMALL ? N / 32 : 1;
+  const bool bc_regs = SMALL || nthreads >= N;
+  AT craw[kBC], braw[kBC];
+  craw[0] = braw[0] = Traits<AT>::from_f(0.f);
   if (bc_regs && int(threadIdx.x) < N) {
-    craw = Cin[threadIdx.x];
-    braw = Bin[threadIdx.x];
+    craw[0] = Cin[threadIdx.x];
+    braw[0] = Bin[threadIdx.x];
+  }
+#pragma unroll
+  for (int i = 1; i < kBC; ++i) {
+    const int n = int(threadIdx.x) + i * nthreads;
+    craw[i] = braw[i] = Traits<AT>::from_f(0.f);
+    if (n < N) {
+      craw[i] = Cin[n];
+      braw[i] = Bin[n];
+    }
   }
   // L2 prefetch of the checkpoint tile of the CTA `prefetch_ctas` places later in launch order (blockIdx.x
   // fastest): its HBM reads start about a wave early without holding a register, so the bytes in flight
@@ -205,8 +222,16 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
   // the step's inputs, converted now (their loads were issued before the cursor wait)
   if (bc_regs) {
     if (int(threadIdx.x) < N) {
-      s_C[threadIdx.x] = Traits<AT>::to_f(craw);
-      s_B[threadIdx.x] = Traits<AT>::to_f(braw);
+      s_C[threadIdx.x] = Traits<AT>::to_f(craw[0]);
+      s_B[threadIdx.x] = Traits<AT>::to_f(braw[0]);
+    }
+#pragma unroll
+    for (int i = 1; i < kBC; ++i) {
+      const int n = int(threadIdx.x) + i * nthreads;
+      if (n < N) {
+        s_C[n] = Traits<AT>::to_f(craw[i]);
+        s_B[n] = Traits<AT>::to_f(braw[i]);
+      }
     }
   } else {
     for (int n = threadIdx.x; n < N; n += nthreads) {
@@ -428,6 +453,14 @@ bool dense_ctas(int tiles_per_cta, int rows) {
   return f >= 0 ? f == 1 : tiles_per_cta == 5 && rows >= kDenseMinRows;
 }
 
+// The SMALL instance (B / C of the step in registers for CTAs of fewer than N threads) where a CTA has fewer than N
+// threads; it exists for L <= 16 with the scale on x (the defaults). REPLAYSSM_M2_REPLAY_SMALL=0|1 forces it off / on.
+// Measured (H200, fifteenth session run 2, Super fp32 / bf16): append b8 16.3 -> 15.3 us, b1 6.3 -> 5.3 us.
+bool small_ctas(int tiles_per_cta, int n) {
+  const int f = env_choice("REPLAYSSM_M2_REPLAY_SMALL", {"0", "1"});
+  return f >= 0 ? f == 1 : 32 * tiles_per_cta < n;
+}
+
 template <class ST, class AT, int N, int KT, bool SX>
 void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
   using SM = ReplaySmem<AT, N, KT, kFlushBParts<ST, AT, SX>>;
@@ -435,10 +468,12 @@ void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
   const dim3 grid(unsigned(sp.chunks), unsigned(p.step.heads), unsigned(p.step.rows));
   const dim3 block(unsigned(32 * sp.tiles_per_cta));
   const size_t smem = SM::total(16 * sp.tiles_per_cta);
-  auto* kernel = replay_decode_kernel<ST, AT, N, KT, SX, 0>;
+  auto* kernel = replay_decode_kernel<ST, AT, N, KT, SX, 0, false>;
   bool dense = false;
   if constexpr (kHasDense<ST, AT, KT>)
-    if ((dense = dense_ctas(sp.tiles_per_cta, p.step.rows))) kernel = replay_decode_kernel<ST, AT, N, KT, SX, 1>;
+    if ((dense = dense_ctas(sp.tiles_per_cta, p.step.rows))) kernel = replay_decode_kernel<ST, AT, N, KT, SX, 1, false>;
+  if constexpr (KT == 1 && SX)
+    if (!dense && small_ctas(sp.tiles_per_cta, N)) kernel = replay_decode_kernel<ST, AT, N, KT, SX, 0, true>;
   allow_dynamic_smem(kernel, smem, "mamba2_replay_decode");  // > 48 KB: fp32 activations at L > 16
   const size_t es = sizeof(AT);
   const bool vec16 = aligned16(p.ring.x_ring, p.ring.xr_slot, es) && aligned16(p.ring.B_ring, p.ring.Br_slot, es) &&

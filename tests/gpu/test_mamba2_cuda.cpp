@@ -199,6 +199,30 @@ TEST(CudaMamba2Replay, DenseInstance) {
   }
 }
 
+// The SMALL instance (the step's B / C in registers for CTAs of fewer than dstate threads) and the strided loop it
+// replaces, each forced on every CTA shape: 1-, 2- and 4-warp CTAs at dstate 128 and 64, four dtype pairs, both routes.
+TEST(CudaMamba2Replay, SmallCtaInstance) {
+  NEED_GPU();
+  for (const char* small : {"0", "1"}) {
+    const ScopedEnv force("REPLAYSSM_M2_REPLAY_SMALL", small);
+    for (const char* tiles : {"1", "2", "4"}) {
+      const ScopedEnv shape("REPLAYSSM_M2_TILES", tiles);
+      for (int n : {128, 64})
+        for (auto [sd, ad] : {std::pair{DType::f32, DType::bf16}, {DType::bf16, DType::bf16}, {DType::f16, DType::f16},
+                              {DType::f32, DType::f32}})
+          for (auto route : {mamba2::Route::output_only, mamba2::Route::state_and_output}) {
+            WorldConfig c;
+            c.geo = {8, 64, n, 2}; c.sd = sd; c.ad = ad; c.L = 16; c.rows = 3; c.pad_rows = 1; c.route = route;
+            c.seed = 1400 + (*small - '0') + 2 * (*tiles - '0') + 20 * (n / 64) + 40 * int(sd) + 160 * int(ad) +
+                     (route == mamba2::Route::output_only ? 0 : 1000);
+            SCOPED_TRACE(std::string("small ") + small + " tiles " + tiles + " N " + std::to_string(n) + " " + dn(sd) + "/" +
+                         dn(ad) + (route == mamba2::Route::output_only ? "" : " state_and_output"));
+            run_case(c, c.L + 3, false);
+          }
+    }
+  }
+}
+
 TEST(CudaMamba2Replay, RingLengths) {
   NEED_GPU();
   for (int L : {1, 2, 3, 8, 16, 17, 31, 32})
