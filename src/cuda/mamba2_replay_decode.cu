@@ -453,9 +453,9 @@ bool dense_ctas(int tiles_per_cta, int rows) {
   return f >= 0 ? f == 1 : tiles_per_cta == 5 && rows >= kDenseMinRows;
 }
 
-// The SMALL instance (B / C of the step in registers for CTAs of fewer than N threads) where a CTA has fewer than N
-// threads; it exists for L <= 16 with the scale on x (the defaults). REPLAYSSM_M2_REPLAY_SMALL=0|1 forces it off / on.
-// Measured (H200, fifteenth session run 2, Super fp32 / bf16): append b8 16.3 -> 15.3 us, b1 6.3 -> 5.3 us.
+// The SMALL instance (the step's B / C in registers, N / 32 per thread) where a CTA has fewer than N threads; it
+// exists for L <= 16 with the scale on x (the defaults). REPLAYSSM_M2_REPLAY_SMALL=0|1 forces it off / on.
+// Measured (H200, fifteenth session runs 2-3, Super fp32 / bf16): append b8 16.3 -> 15.3 us, b1 6.3 -> 5.3 us.
 bool small_ctas(int tiles_per_cta, int n) {
   const int f = env_choice("REPLAYSSM_M2_REPLAY_SMALL", {"0", "1"});
   return f >= 0 ? f == 1 : 32 * tiles_per_cta < n;
@@ -472,20 +472,21 @@ void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
   bool dense = false;
   if constexpr (kHasDense<ST, AT, KT>)
     if ((dense = dense_ctas(sp.tiles_per_cta, p.step.rows))) kernel = replay_decode_kernel<ST, AT, N, KT, SX, 1, false>;
+  bool small = false;
   if constexpr (KT == 1 && SX)
-    if (!dense && small_ctas(sp.tiles_per_cta, N)) kernel = replay_decode_kernel<ST, AT, N, KT, SX, 0, true>;
+    if (!dense && (small = small_ctas(sp.tiles_per_cta, N))) kernel = replay_decode_kernel<ST, AT, N, KT, SX, 0, true>;
   allow_dynamic_smem(kernel, smem, "mamba2_replay_decode");  // > 48 KB: fp32 activations at L > 16
   const size_t es = sizeof(AT);
   const bool vec16 = aligned16(p.ring.x_ring, p.ring.xr_slot, es) && aligned16(p.ring.B_ring, p.ring.Br_slot, es) &&
                      (int64_t(p.step.headdim) * int64_t(es)) % 16 == 0;
   int prefetch = 0;
   if (const double waves = prefetch_waves(); waves != 0.0) {
-    // CTAs per SM depend only on the instance, its CTA size (1-8 tiles) and the device: asked once each, not
-    // on every step.
-    static int per_sm_cache[64][9][2] = {};
+    // CTAs per SM depend only on the instance (dense, small), its CTA size (1-8 tiles) and the device: asked once
+    // each, not on every step.
+    static int per_sm_cache[64][9][2][2] = {};
     int dev = 0;
     check_cuda(cudaGetDevice(&dev), "mamba2_replay_decode");
-    int& per_sm = per_sm_cache[dev >= 0 && dev < 64 ? dev : 0][sp.tiles_per_cta][dense];
+    int& per_sm = per_sm_cache[dev >= 0 && dev < 64 ? dev : 0][sp.tiles_per_cta][dense][small];
     if (per_sm == 0)
       check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, int(block.x), smem), "mamba2_replay_decode");
     const long long resident = (long long)std::max(per_sm, 1) * sm_count();
