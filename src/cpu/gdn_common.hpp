@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpu/fold_row.hpp"
 #include "params/gdn_params.hpp"
 #include "replayssm/dtype.hpp"
 
@@ -72,6 +73,28 @@ inline T dot(const T* a, const T* b, int n) {
 #pragma omp simd reduction(+ : s)
   for (int i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
+}
+
+// x = s . a and y = s . b in one pass over s (a state row read once for both).
+template <class T>
+inline void dot2(const T* s, const T* a, const T* b, int n, T& x, T& y) {
+  T u = 0, v = 0;
+#pragma omp simd reduction(+ : u, v)
+  for (int i = 0; i < n; ++i) {
+    u += s[i] * a[i];
+    v += s[i] * b[i];
+  }
+  x = u;
+  y = v;
+}
+
+// n values of a row stored in dtype t, as T: the row itself when it is stored as T (no copy), else converted
+// into buf.
+template <class T>
+inline const T* row_as(const void* row, DType t, int n, T* buf) {
+  if ((t == DType::f32 && sizeof(T) == 4) || (t == DType::f64 && sizeof(T) == 8)) return static_cast<const T*>(row);
+  load_row<T>(row, t, n, buf);
+  return buf;
 }
 
 template <class T>
@@ -150,32 +173,37 @@ inline void decay_history_per_channel(T* G, T* kh, T* tot, int w, int K) {
     for (int e = 0; e < K; ++e) kh[size_t(c) * K + e] *= std::exp(G[size_t(w - 1) * K + e] - G[size_t(c) * K + e]);
 }
 
-// The state after the history, per-head gates: Sp = tot S0 + sum_{c<w} om_c dh_c kh_c^T (the flush's fold, also
-// materialize's). Sp holds V rows of K.
+// Row i of the state after the history, per-head gates: s = tot S0[i, :] + sum_{c<w} om_c dh_c[i] kh_c (the
+// flush's fold, also materialize's and the verify's). f: scratch for w coefficients.
 template <class T>
-inline void materialise_per_head(const void* S0, DType state_dtype, T tot, const T* om, const T* dh, const T* kh, int w,
-                                 int V, int K, T* Sp) {
-  for (int i = 0; i < V; ++i) {
-    T* si = &Sp[size_t(i) * K];
-    load_row<T>(at(S0, state_dtype, int64_t(i) * K), state_dtype, K, si);
-    for (int e = 0; e < K; ++e) si[e] *= tot;
-  }
-  for (int c = 0; c < w; ++c)
-    for (int i = 0; i < V; ++i) axpy(om[c] * dh[size_t(c) * V + i], &kh[size_t(c) * K], &Sp[size_t(i) * K], K);
+inline void fold_row_per_head(const void* S0, DType state_dtype, T tot, const T* om, const T* dh, const T* kh, int w,
+                              int V, int K, int i, T* f, T* s) {
+  load_row<T>(at(S0, state_dtype, int64_t(i) * K), state_dtype, K, s);
+  for (int c = 0; c < w; ++c) f[c] = om[c] * dh[size_t(c) * V + i];
+  fold_row<T>(s, tot, f, kh, w, K);
 }
 
-// The state after the history, per channel: Sp = S0 diag(tot) + sum_{c<w} dh_c kh_c^T (kh already decayed by
-// decay_history_per_channel). Sp holds V rows of K.
+// Row i of the state after the history, per channel: s = S0[i, :] o tot + sum_{c<w} dh_c[i] kh_c (kh already
+// decayed by decay_history_per_channel).
+template <class T>
+inline void fold_row_per_channel(const void* S0, DType state_dtype, const T* tot, const T* dh, const T* kh, int w, int V,
+                                 int K, int i, T* f, T* s) {
+  load_row<T>(at(S0, state_dtype, int64_t(i) * K), state_dtype, K, s);
+  for (int e = 0; e < K; ++e) s[e] *= tot[e];
+  for (int c = 0; c < w; ++c) f[c] = dh[size_t(c) * V + i];
+  fold_row<T>(s, T(1), f, kh, w, K);
+}
+
+// The whole state after the history (V rows of K in Sp), row by row; f: scratch for w coefficients.
+template <class T>
+inline void materialise_per_head(const void* S0, DType state_dtype, T tot, const T* om, const T* dh, const T* kh, int w,
+                                 int V, int K, T* f, T* Sp) {
+  for (int i = 0; i < V; ++i) fold_row_per_head(S0, state_dtype, tot, om, dh, kh, w, V, K, i, f, &Sp[size_t(i) * K]);
+}
 template <class T>
 inline void materialise_per_channel(const void* S0, DType state_dtype, const T* tot, const T* dh, const T* kh, int w,
-                                    int V, int K, T* Sp) {
-  for (int i = 0; i < V; ++i) {
-    T* si = &Sp[size_t(i) * K];
-    load_row<T>(at(S0, state_dtype, int64_t(i) * K), state_dtype, K, si);
-    for (int e = 0; e < K; ++e) si[e] *= tot[e];
-  }
-  for (int c = 0; c < w; ++c)
-    for (int i = 0; i < V; ++i) axpy(dh[size_t(c) * V + i], &kh[size_t(c) * K], &Sp[size_t(i) * K], K);
+                                    int V, int K, T* f, T* Sp) {
+  for (int i = 0; i < V; ++i) fold_row_per_channel(S0, state_dtype, tot, dh, kh, w, V, K, i, f, &Sp[size_t(i) * K]);
 }
 
 // One per-channel delta-rule step of state row s (K values, v-row value v), in place: s_c *= alpha_c,

@@ -1,8 +1,8 @@
 // CPU ReplaySSM materialize for Gated DeltaNet: the checkpoint made current. With G_j the inclusive prefix
 // sums of the ring's log-decays g and G the total (per key channel with per-channel gates),
 //   S0 <- exp(G) S0 + sum_{j<w} exp(G - G_j) d_j k_j^T        (per-channel: S0 diag(exp(G)) + sum_j d_j (k_j o exp(G - G_j))^T)
-// the flush step's fold (gdn_replay_decode.cpp) without a current token, in the same order, stored once in the
-// state dtype. Rows at w == 0 are left as they are.
+// the flush step's fold (gdn_replay_decode.cpp, fold_row_per_head / _per_channel) without a current token, in the
+// same order, row by row, each row stored once in the state dtype. Rows at w == 0 are left as they are.
 #include <cmath>
 #include <vector>
 
@@ -22,7 +22,7 @@ void run(const GdnReplayParams& P) {
   const bool per_channel = p.gate_per_channel;
 #pragma omp parallel
   {
-    std::vector<T> om(L), G(size_t(L) * K), kh(size_t(L) * K), dh(size_t(L) * V), tot(K), Sp(size_t(V) * K);
+    std::vector<T> om(L), fc(L), G(size_t(L) * K), kh(size_t(L) * K), dh(size_t(L) * V), tot(K), s(K);
 #pragma omp for collapse(2) schedule(static)
     for (int r = 0; r < p.rows; ++r)
       for (int hv = 0; hv < HV; ++hv) {
@@ -37,15 +37,22 @@ void run(const GdnReplayParams& P) {
         load_row<T>(dr, R.d_dtype, w * V, dh.data());
         load_row<T>(kr, R.k_dtype, w * K, kh.data());
         void* S0 = at(p.state, p.state_dtype, slot * p.state_slot + int64_t(hv) * V * K);
+        T Gs = 0;
         if (per_channel) {
           load_row<T>(gr, R.g_dtype, w * K, G.data());
           decay_history_per_channel(G.data(), kh.data(), tot.data(), w, K);
-          materialise_per_channel(S0, p.state_dtype, tot.data(), dh.data(), kh.data(), w, V, K, Sp.data());
         } else {
-          const T Gs = decay_history_per_head(gr, R.g_dtype, w, om.data());
-          materialise_per_head(S0, p.state_dtype, T(std::exp(Gs)), om.data(), dh.data(), kh.data(), w, V, K, Sp.data());
+          Gs = decay_history_per_head(gr, R.g_dtype, w, om.data());
         }
-        store_row<T>(S0, p.state_dtype, V * K, Sp.data());
+        // row by row, each row stored as soon as it is folded (it is read only by its own fold)
+        for (int i = 0; i < V; ++i) {
+          if (per_channel)
+            fold_row_per_channel(S0, p.state_dtype, tot.data(), dh.data(), kh.data(), w, V, K, i, fc.data(), s.data());
+          else
+            fold_row_per_head(S0, p.state_dtype, T(std::exp(Gs)), om.data(), dh.data(), kh.data(), w, V, K, i, fc.data(),
+                              s.data());
+          store_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, s.data());
+        }
       }
   }
 }

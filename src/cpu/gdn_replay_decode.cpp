@@ -32,7 +32,7 @@ void run(const GdnReplayParams& P) {
 #pragma omp parallel
   {
     std::vector<T> q(K), k(K), v(V), s(K), o(V), Sq(V), Sk(V), d(V);
-    std::vector<T> om(L), kh(size_t(L) * K), dh(size_t(L) * V), Sp;
+    std::vector<T> om(L), fc(L), kh(size_t(L) * K), dh(size_t(L) * V);
 #pragma omp for collapse(2) schedule(static)
     for (int r = 0; r < p.rows; ++r)
       for (int hv = 0; hv < HV; ++hv) {
@@ -53,10 +53,11 @@ void run(const GdnReplayParams& P) {
 
         void* S0 = at(p.state, p.state_dtype, slot * p.state_slot + int64_t(hv) * V * K);
         if (w < L - 1) {
-          for (int i = 0; i < V; ++i) {
-            load_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, s.data());
-            Sq[i] = tot * dot(s.data(), q.data(), K);
-            Sk[i] = tot * dot(s.data(), k.data(), K);
+          for (int i = 0; i < V; ++i) {  // one pass over each checkpoint row for both products, read in place
+            T a, b;
+            dot2(row_as<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, s.data()), q.data(), k.data(), K, a, b);
+            Sq[i] = tot * a;
+            Sk[i] = tot * b;
           }
           for (int j = 0; j < w; ++j) {
             const T* kj = &kh[size_t(j) * K];
@@ -73,16 +74,16 @@ void run(const GdnReplayParams& P) {
           // positions < w, so there is no race.
           if (hv % vpk == 0) store_row<T>(at(kr, R.k_dtype, int64_t(w) * K), R.k_dtype, K, k.data());
         } else {
-          Sp.resize(size_t(V) * K);
-          materialise_per_head(S0, p.state_dtype, tot, om.data(), dh.data(), kh.data(), w, V, K, Sp.data());
+          // S_prev row by row (fold), one step, stored: one pass over the checkpoint
           for (int i = 0; i < V; ++i) {
-            T* si = &Sp[size_t(i) * K];
+            T* si = s.data();
+            fold_row_per_head(S0, p.state_dtype, tot, om.data(), dh.data(), kh.data(), w, V, K, i, fc.data(), si);
             const T di = t.beta * (v[i] - t.alpha * dot(si, k.data(), K));
             o[i] = t.alpha * dot(si, q.data(), K) + di * kq;
 #pragma omp simd
             for (int c = 0; c < K; ++c) si[c] = t.alpha * si[c] + di * k[c];
+            store_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, si);
           }
-          store_row<T>(S0, p.state_dtype, V * K, Sp.data());
         }
         store_row<T>(at(p.out, p.out_dtype, r * p.out_tok + hv * p.out_head), p.out_dtype, V, o.data());
       }
@@ -98,7 +99,7 @@ void run_per_channel(const GdnReplayParams& P) {
 #pragma omp parallel
   {
     std::vector<T> q(K), k(K), v(V), s(K), o(V), Sq(V), Sk(V), d(V), gt(K), al(K), qa(K), ka(K), tot(K), wq(K), wk(K);
-    std::vector<T> G(size_t(L) * K), kh(size_t(L) * K), dh(size_t(L) * V), Sp;
+    std::vector<T> G(size_t(L) * K), fc(L), kh(size_t(L) * K), dh(size_t(L) * V);
 #pragma omp for collapse(2) schedule(static)
     for (int r = 0; r < p.rows; ++r)
       for (int hv = 0; hv < HV; ++hv) {
@@ -125,11 +126,9 @@ void run_per_channel(const GdnReplayParams& P) {
         void* S0 = at(p.state, p.state_dtype, slot * p.state_slot + int64_t(hv) * V * K);
         if (w < L - 1) {
           for (int c = 0; c < K; ++c) { wq[c] = tot[c] * qa[c]; wk[c] = tot[c] * ka[c]; }
-          for (int i = 0; i < V; ++i) {
-            load_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, s.data());
-            Sq[i] = dot(s.data(), wq.data(), K);
-            Sk[i] = dot(s.data(), wk.data(), K);
-          }
+          for (int i = 0; i < V; ++i)
+            dot2(row_as<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, s.data()), wq.data(), wk.data(), K,
+                 Sq[i], Sk[i]);
           for (int j = 0; j < w; ++j) {
             const T* kj = &kh[size_t(j) * K];
             axpy(dot(kj, qa.data(), K), &dh[size_t(j) * V], Sq.data(), V);
@@ -143,11 +142,11 @@ void run_per_channel(const GdnReplayParams& P) {
           store_row<T>(at(gr, R.g_dtype, int64_t(w) * K), R.g_dtype, K, gt.data());
           if (hv % vpk == 0) store_row<T>(at(kr, R.k_dtype, int64_t(w) * K), R.k_dtype, K, k.data());
         } else {
-          Sp.resize(size_t(V) * K);
-          materialise_per_channel(S0, p.state_dtype, tot.data(), dh.data(), kh.data(), w, V, K, Sp.data());
-          for (int i = 0; i < V; ++i)  // S_prev -> one step
-            o[i] = step_row_per_channel(&Sp[size_t(i) * K], al.data(), k.data(), q.data(), t.beta, v[i], K);
-          store_row<T>(S0, p.state_dtype, V * K, Sp.data());
+          for (int i = 0; i < V; ++i) {  // S_prev row by row -> one step -> stored
+            fold_row_per_channel(S0, p.state_dtype, tot.data(), dh.data(), kh.data(), w, V, K, i, fc.data(), s.data());
+            o[i] = step_row_per_channel(s.data(), al.data(), k.data(), q.data(), t.beta, v[i], K);
+            store_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, s.data());
+          }
         }
         store_row<T>(at(p.out, p.out_dtype, r * p.out_tok + hv * p.out_head), p.out_dtype, V, o.data());
       }

@@ -50,7 +50,7 @@ void run(const GdnVerifyParams& P) {
   const int vpk = HV / p.k_heads, T_ = P.window;
 #pragma omp parallel
   {
-    std::vector<T> s(K), om(RL), kh(size_t(RL) * K), dh(size_t(RL) * V), Sp;
+    std::vector<T> s(K), om(RL), fc(RL), kh(size_t(RL) * K), dh(size_t(RL) * V), Sp;
     std::vector<T> qw(size_t(T_) * K), kw(size_t(T_) * K), vw(size_t(T_) * V);
     std::vector<T> HQ(size_t(T_) * V), HK(size_t(T_) * V), D(size_t(T_) * V), O(size_t(T_) * V);
     std::vector<T> gam(T_), beta(T_), gw(T_), KK(size_t(T_) * T_), KQ(size_t(T_) * T_);
@@ -94,14 +94,16 @@ void run(const GdnVerifyParams& P) {
         void* S0 = at(p.state, p.state_dtype, slot * p.state_slot + int64_t(hv) * V * K);
         if (flush) {
           Sp.resize(size_t(V) * K);
-          materialise_per_head(S0, p.state_dtype, tot, om.data(), dh.data(), kh.data(), w, V, K, Sp.data());
+          materialise_per_head(S0, p.state_dtype, tot, om.data(), dh.data(), kh.data(), w, V, K, fc.data(), Sp.data());
           store_fold_and_project(S0, p.state_dtype, Sp.data(), w, qw.data(), kw.data(), n, V, K, HQ.data(), HK.data());
         } else {
           for (int i = 0; i < V; ++i) {
-            load_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, s.data());
+            const T* si = row_as<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, s.data());
             for (int j = 0; j < n; ++j) {
-              HQ[size_t(j) * V + i] = tot * dot(s.data(), &qw[size_t(j) * K], K);
-              HK[size_t(j) * V + i] = tot * dot(s.data(), &kw[size_t(j) * K], K);
+              T a, b;
+              dot2(si, &qw[size_t(j) * K], &kw[size_t(j) * K], K, a, b);
+              HQ[size_t(j) * V + i] = tot * a;
+              HK[size_t(j) * V + i] = tot * b;
             }
           }
           for (int c = 0; c < w; ++c)
@@ -149,7 +151,7 @@ void run_per_channel(const GdnVerifyParams& P) {
   const int vpk = HV / p.k_heads, T_ = P.window;
 #pragma omp parallel
   {
-    std::vector<T> s(K), tot(K), G(size_t(RL) * K), kh(size_t(RL) * K), dh(size_t(RL) * V), Sp;
+    std::vector<T> s(K), tot(K), fc(RL), G(size_t(RL) * K), kh(size_t(RL) * K), dh(size_t(RL) * V), Sp;
     std::vector<T> qw(size_t(T_) * K), kw(size_t(T_) * K), vw(size_t(T_) * V), gw(size_t(T_) * K), gam(size_t(T_) * K);
     std::vector<T> eq(size_t(T_) * K), ek(size_t(T_) * K), wq(K), wk(K);
     std::vector<T> HQ(size_t(T_) * V), HK(size_t(T_) * V), D(size_t(T_) * V), O(size_t(T_) * V);
@@ -194,15 +196,14 @@ void run_per_channel(const GdnVerifyParams& P) {
         void* S0 = at(p.state, p.state_dtype, slot * p.state_slot + int64_t(hv) * V * K);
         if (flush) {
           Sp.resize(size_t(V) * K);
-          materialise_per_channel(S0, p.state_dtype, tot.data(), dh.data(), kh.data(), w, V, K, Sp.data());
+          materialise_per_channel(S0, p.state_dtype, tot.data(), dh.data(), kh.data(), w, V, K, fc.data(), Sp.data());
           store_fold_and_project(S0, p.state_dtype, Sp.data(), w, eq.data(), ek.data(), n, V, K, HQ.data(), HK.data());
         } else {
           for (int i = 0; i < V; ++i) {
-            load_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, s.data());
+            const T* si = row_as<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, s.data());
             for (int j = 0; j < n; ++j) {
               for (int e = 0; e < K; ++e) { wq[e] = tot[e] * eq[size_t(j) * K + e]; wk[e] = tot[e] * ek[size_t(j) * K + e]; }
-              HQ[size_t(j) * V + i] = dot(s.data(), wq.data(), K);
-              HK[size_t(j) * V + i] = dot(s.data(), wk.data(), K);
+              dot2(si, wq.data(), wk.data(), K, HQ[size_t(j) * V + i], HK[size_t(j) * V + i]);
             }
           }
           for (int c = 0; c < w; ++c)

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu/fold_row.hpp"
 #include "params/mamba2_params.hpp"
 #include "replayssm/dtype.hpp"
 
@@ -89,41 +90,6 @@ inline void checkpoint_readout(const char* S, DType sdt, int P, int N, const T* 
   for (int i = 0; i < P; ++i) {
     load_row<T>(S + int64_t(i) * N * sd, sdt, N, tmp);
     acc[i] = total * dot(tmp, C, N);
-  }
-}
-
-// srow = total * srow + sum_k f[k] * B[k,:] over nt tokens. The float version keeps a 32-column
-// block in four 8-wide vector registers across the whole k loop (one B load + FMA per vector).
-template <class T>
-inline void fold_row(T* srow, T total, const T* f, const T* B, int nt, int N) {
-  for (int n = 0; n < N; ++n) {
-    T a = total * srow[n];
-    for (int k = 0; k < nt; ++k) a += f[k] * B[size_t(k) * N + n];
-    srow[n] = a;
-  }
-}
-
-typedef float v8f __attribute__((vector_size(32)));
-inline v8f load8(const float* p) { v8f v; std::memcpy(&v, p, sizeof v); return v; }
-inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
-
-template <>
-inline void fold_row<float>(float* srow, float total, const float* f, const float* B, int nt, int N) {
-  int n0 = 0;
-  for (; n0 + 32 <= N; n0 += 32) {
-    v8f a0 = total * load8(srow + n0), a1 = total * load8(srow + n0 + 8);
-    v8f a2 = total * load8(srow + n0 + 16), a3 = total * load8(srow + n0 + 24);
-    for (int k = 0; k < nt; ++k) {
-      const float* Bk = B + size_t(k) * N + n0;
-      const v8f fk = v8f{} + f[k];
-      a0 += fk * load8(Bk); a1 += fk * load8(Bk + 8); a2 += fk * load8(Bk + 16); a3 += fk * load8(Bk + 24);
-    }
-    store8(srow + n0, a0); store8(srow + n0 + 8, a1); store8(srow + n0 + 16, a2); store8(srow + n0 + 24, a3);
-  }
-  for (int n = n0; n < N; ++n) {
-    float a = total * srow[n];
-    for (int k = 0; k < nt; ++k) a += f[k] * B[size_t(k) * N + n];
-    srow[n] = a;
   }
 }
 
