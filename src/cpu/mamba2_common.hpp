@@ -55,6 +55,15 @@ inline T load_one(const void* base, DType t, int64_t idx) {
   return v;
 }
 
+// n values of a row stored in dtype t, as T: the row itself when it is stored as T (no copy), else converted
+// into buf.
+template <class T>
+inline const T* state_row_as(const void* row, DType t, int n, T* buf) {
+  if ((t == DType::f32 && sizeof(T) == 4) || (t == DType::f64 && sizeof(T) == 8)) return static_cast<const T*>(row);
+  load_row<T>(row, t, n, buf);
+  return buf;
+}
+
 template <class T>
 inline T dot(const T* a, const T* b, int n) {
   T acc = T(0);

@@ -36,14 +36,15 @@ static void verify_impl(const Mamba2VerifyParams& vp) {
       const int nt = pre + n;
 
       const size_t sz = size_t(3 * (w + n)) + size_t(nt) * nt + size_t(n) * (N + P) + N + 3 * P +
-                        size_t(w + n) * (N + P) + size_t(P) * N;
+                        size_t(w + n) * (N + P) + size_t(n) * P + size_t(w);
       T* buf = scratch<T, 1>(sz);
       T *d = buf, *c = d + (w + n), *f = c + (w + n);  // deltas, prefix sums, per-token factors
       T *bc = f + (w + n);                             // bc[t][k] = B_k . C_t
       T *Cm = bc + size_t(nt) * nt, *Xw = Cm + size_t(n) * N;  // window C [n][N], window x [n][P]
       T *srow = Xw + size_t(n) * P, *y = srow + N, *zb = y + P, *acc = zb + P;
       T *X = acc + P, *Bm = X + size_t(w + n) * P;  // history (k < w) then window tokens
-      T *S = Bm + size_t(w + n) * N;                // base state rows (P x N), fp32
+      T *Y = Bm + size_t(w + n) * N;                // base outputs S C_t [n][P]
+      T *fx = Y + size_t(n) * P;                    // the fold's coefficients of one state row [w]
 
       const float* dtr = ring.dt_ring + int64_t(slot) * ring.dtr_slot + int64_t(h) * R;
       const char* xr = at(ring.x_ring, p.act, int64_t(slot) * ring.xr_slot + int64_t(h) * R * P);
@@ -63,21 +64,25 @@ static void verify_impl(const Mamba2VerifyParams& vp) {
       }
       const T A = T(p.A[h]);
 
-      // Base state: S0, or S1 = the checkpoint with the history folded in.
+      // Base state rows: S0 (fp32 read in place), or S1 = the checkpoint with the history folded in (one row at a time
+      // in registers, stored, the outputs keep the fp32 row). One pass over the state: each row meets every window
+      // position's C while it is in L1 (Y[t][i] = S_i . C_t, decays applied below).
       char* S0 = at(p.state, p.state_dtype, int64_t(slot) * p.state_slot + int64_t(h) * P * N);
-      for (int i = 0; i < P; ++i) load_row<T>(S0 + int64_t(i) * N * sd, p.state_dtype, N, S + size_t(i) * N);
-      if (flush && w > 0) {
-        const T total = decay_weights(A, d, w, c, f);
-        for (int i = 0; i < P; ++i) {
-          T* Si = S + size_t(i) * N;
-          for (int nn = 0; nn < N; ++nn) Si[nn] *= total;
-          for (int k = 0; k < w; ++k) {
-            const T fk = f[k] * X[size_t(k) * P + i];
-            const T* Bk = Bm + size_t(k) * N;
-            for (int nn = 0; nn < N; ++nn) Si[nn] += fk * Bk[nn];
-          }
-          store_row<T>(S0 + int64_t(i) * N * sd, p.state_dtype, N, Si);  // outputs keep the fp32 S1
+      const bool fold = flush && w > 0;
+      const T total_h = fold ? decay_weights(A, d, w, c, f) : T(1);
+      for (int i = 0; i < P; ++i) {
+        char* Srow = S0 + int64_t(i) * N * sd;
+        const T* Si;
+        if (fold) {
+          load_row<T>(Srow, p.state_dtype, N, srow);
+          for (int k = 0; k < w; ++k) fx[k] = f[k] * X[size_t(k) * P + i];
+          fold_row<T>(srow, total_h, fx, Bm, w, N);
+          store_row<T>(Srow, p.state_dtype, N, srow);
+          Si = srow;
+        } else {
+          Si = state_row_as<T>(Srow, p.state_dtype, N, srow);
         }
+        for (int t = 0; t < n; ++t) Y[size_t(t) * P + i] = dot(Si, Cm + size_t(t) * N, N);
       }
 
       // The replayed token list: tokens w-pre .. w+n-1 (history only when not flushing).
@@ -91,9 +96,8 @@ static void verify_impl(const Mamba2VerifyParams& vp) {
 
       for (int t = 0; t < n; ++t) {
         const int e = pre + t;  // last replayed token of output t
-        const T* Ct = Cm + size_t(t) * N;
         const T total = decay(A, c[e]);
-        for (int i = 0; i < P; ++i) acc[i] = total * dot(S + size_t(i) * N, Ct, N);
+        for (int i = 0; i < P; ++i) acc[i] = total * Y[size_t(t) * P + i];
         for (int k = 0; k <= e; ++k) {
           const T fk = dl[k] * decay(A, c[e] - c[k]) * bc[size_t(t) * nt + k];
           const T* xk = X + size_t(base + k) * P;
@@ -102,7 +106,6 @@ static void verify_impl(const Mamba2VerifyParams& vp) {
         for (int i = 0; i < P; ++i) y[i] = acc[i];
         epilogue_store<T>(p, t0 + t, h, y, Xw + size_t(t) * P, zb);
       }
-      (void)srow;
 
       // Window into the ring after the history (exact copies; delta in fp32). w + n <= R holds by
       // validation (w <= history, n <= window), so these never overlap the history read above.
