@@ -16,73 +16,14 @@
 
 #include "replayssm/buffer.hpp"
 #include "replayssm/commands.hpp"
+#include "replayssm/demo_common.hpp"
 #include "replayssm/replayssm.hpp"
 #include "replayssm/traffic.hpp"
 
 namespace replayssm::tools {
 namespace {
 
-struct DemoOptions {
-  std::string model = "nemotron3-nano-4b";
-  int batch = 8, steps = 256, ring = 16, tp = 1, threads = 0;
-  std::string state = "float32", act = "bfloat16", ring_dtype = "float32", backend = "auto", route = "output_only";
-  uint64_t seed = 1;
-  bool quiet = false;
-};
-
-DType parse_dtype(const std::string& s, const char* arg) {
-  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::f64})
-    if (s == dtype_name(t)) return t;
-  if (s == "fp32" || s == "f32") return DType::f32;
-  if (s == "bf16") return DType::bf16;
-  if (s == "fp16" || s == "f16") return DType::f16;
-  throw Error(arg, "unknown dtype '" + s + "' (float32, bfloat16, float16, float64)");
-}
-
-// Times one callable per step; keeps every sample for the median.
-struct Timer {
-  std::vector<double> us;
-  Device dev;
-  template <class F> void run(F&& f) {
-    device_synchronize(dev);
-    auto t0 = std::chrono::steady_clock::now();
-    f();
-    device_synchronize(dev);
-    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-  }
-  double median() const {
-    std::vector<double> v = us;
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
-  }
-  double mean() const { return std::accumulate(us.begin(), us.end(), 0.0) / double(us.size()); }
-};
-
-double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) { num += (a[i] - b[i]) * (a[i] - b[i]); den += b[i] * b[i]; }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
-
-void progress(const DemoOptions& o, int step) {
-  if (o.quiet || step % 32 != 31) return;
-  std::fprintf(stderr, "\r  step %d / %d", step + 1, o.steps);
-  if (step + 1 == o.steps) std::fprintf(stderr, "\n");
-}
-
-std::vector<int32_t> shuffled_slots(int batch, std::mt19937_64& rng) {
-  std::vector<int32_t> s(static_cast<size_t>(batch));
-  std::iota(s.begin(), s.end(), 0);
-  std::shuffle(s.begin(), s.end(), rng);
-  return s;
-}
-
-Buffer index_buffer(const std::vector<int32_t>& v, Device dev) {
-  Buffer b(DType::i32, {int64_t(v.size())}, dev);
-  std::copy_n(reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4, b.host().data());
-  b.upload();
-  return b;
-}
+using namespace demo;
 
 struct Report {
   Timer classic, replay;
@@ -233,6 +174,12 @@ void register_demo(CLI::App& app) {
       ->capture_default_str()->check(CLI::IsMember({"output_only", "state_and_output"}));
   cmd->add_option("--backend", o->backend, "auto (CUDA when a GPU is present, else CPU), cpu or cuda")
       ->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->add_option("--window", o->window,
+                  "Speculative mode: T tokens per verify window (1 + drafts, 2..8), random accepted counts; the classic "
+                  "speculative path (one state per window token) against ReplaySSM verify + commit. 0: plain decode")
+      ->capture_default_str()->check(CLI::IsMember({0, 2, 3, 4, 5, 6, 7, 8}));
+  cmd->add_option("--history", o->history, "Speculative mode: committed tokens the ring holds before an early flush")
+      ->capture_default_str()->check(CLI::Range(1, 56));
   cmd->add_option("--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Random seed of the inputs")->capture_default_str();
   cmd->add_flag("--quiet", o->quiet, "No progress line");
@@ -250,7 +197,8 @@ void register_demo(CLI::App& app) {
     std::mt19937_64 rng(o->seed);
     bool is_mamba2 = false;
     for (const auto& p : mamba2_presets()) is_mamba2 |= (p.name == o->model);
-    const int rc = is_mamba2 ? run_mamba2(*o, dev, rng) : run_gdn(*o, dev, rng);
+    const int rc = o->window >= 2 ? (is_mamba2 ? run_mamba2_spec(*o, dev, rng) : run_gdn_spec(*o, dev, rng))
+                                  : (is_mamba2 ? run_mamba2(*o, dev, rng) : run_gdn(*o, dev, rng));
     if (rc) throw Error("demo", "ReplaySSM and classic outputs disagree beyond the tolerance");
   });
 }

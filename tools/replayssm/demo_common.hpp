@@ -1,0 +1,89 @@
+// Pieces shared by the demo's plain-decode (demo.cpp) and speculative (demo_spec.cpp) modes: options, dtype
+// parsing, the per-step timer, the output comparison, slot ids and index buffers.
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "replayssm/buffer.hpp"
+#include "replayssm/replayssm.hpp"
+
+namespace replayssm::tools::demo {
+
+struct DemoOptions {
+  std::string model = "nemotron3-nano-4b";
+  int batch = 8, steps = 256, ring = 16, tp = 1, threads = 0;
+  std::string state = "float32", act = "bfloat16", ring_dtype = "float32", backend = "auto", route = "output_only";
+  int window = 0, history = 16;  // window >= 2: the speculative demo (verify + commit vs the classic spec path)
+  uint64_t seed = 1;
+  bool quiet = false;
+};
+
+inline DType parse_dtype(const std::string& s, const char* arg) {
+  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::f64})
+    if (s == dtype_name(t)) return t;
+  if (s == "fp32" || s == "f32") return DType::f32;
+  if (s == "bf16") return DType::bf16;
+  if (s == "fp16" || s == "f16") return DType::f16;
+  throw Error(arg, "unknown dtype '" + s + "' (float32, bfloat16, float16, float64)");
+}
+
+// Times one callable per step; keeps every sample for the median.
+struct Timer {
+  std::vector<double> us;
+  Device dev;
+  template <class F> void run(F&& f) {
+    device_synchronize(dev);
+    auto t0 = std::chrono::steady_clock::now();
+    f();
+    device_synchronize(dev);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  double median() const {
+    std::vector<double> v = us;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  }
+  double mean() const { return std::accumulate(us.begin(), us.end(), 0.0) / double(us.size()); }
+};
+
+inline double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) { num += (a[i] - b[i]) * (a[i] - b[i]); den += b[i] * b[i]; }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+inline void progress(const DemoOptions& o, int step) {
+  if (o.quiet || step % 32 != 31) return;
+  std::fprintf(stderr, "\r  step %d / %d", step + 1, o.steps);
+  if (step + 1 == o.steps) std::fprintf(stderr, "\n");
+}
+
+inline std::vector<int32_t> shuffled_slots(int batch, std::mt19937_64& rng) {
+  std::vector<int32_t> s(static_cast<size_t>(batch));
+  std::iota(s.begin(), s.end(), 0);
+  std::shuffle(s.begin(), s.end(), rng);
+  return s;
+}
+
+// An int32 buffer holding v (shape {v.size()} unless given).
+inline Buffer index_buffer(const std::vector<int32_t>& v, Device dev, std::vector<int64_t> shape = {}) {
+  if (shape.empty()) shape = {int64_t(v.size())};
+  Buffer b(DType::i32, shape, dev);
+  std::copy_n(reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4, b.host().data());
+  b.upload();
+  return b;
+}
+
+// The speculative demo (demo_spec.cpp): the classic speculative path (one state written per window token) against
+// ReplaySSM verify + commit, windows of o.window tokens, random accepted counts; returns 0 when the outputs agree.
+int run_mamba2_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng);
+int run_gdn_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng);
+
+}  // namespace replayssm::tools::demo

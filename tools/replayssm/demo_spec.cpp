@@ -1,0 +1,195 @@
+// replayssm demo --window T: speculative decoding of a real layer geometry. Each step every request brings a window
+// of T tokens (1 + drafts) and a random number of them, 1..T, is accepted. The classic speculative path writes one
+// full state per window token (T state slots per request) and starts the next window from the accepted one; ReplaySSM
+// verifies the window from its checkpoint + ring (no per-token state) and commits the accepted count as a cursor move.
+// Both see the same tokens and accepted counts, so every window position's output must agree.
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "replayssm/buffer.hpp"
+#include "replayssm/demo_common.hpp"
+#include "replayssm/replayssm.hpp"
+
+namespace replayssm::tools::demo {
+namespace {
+
+// The per-request state pools of both paths from one random draw: ReplaySSM's checkpoint in slot s, the classic
+// path's first state of slot s (its states s T .. s T + T - 1) the same.
+void seed_states(Buffer& ckpt, Buffer& pool, int slots, int T, std::mt19937_64& rng) {
+  ckpt.fill_uniform(rng, -0.5, 0.5);
+  pool.fill(0.0);
+  const size_t per = size_t(ckpt.bytes()) / size_t(slots);
+  for (int s = 0; s < slots; ++s)
+    std::memcpy(pool.host().data() + size_t(s) * T * per, ckpt.host().data() + size_t(s) * per, per);
+  pool.upload();
+}
+
+// Index tensors of a step: the request's slot, its T classic state slots, the packed windows' offsets.
+struct SpecIndices {
+  Buffer slots, state_indices, qsl, accepted_prev, accepted_now, cursor;
+  std::vector<int32_t> prev;  // the previous step's accepted counts (the classic path starts from them)
+  SpecIndices(int R, int T, Device dev, std::mt19937_64& rng) : prev(size_t(R), 1) {
+    const std::vector<int32_t> s = shuffled_slots(R, rng);
+    std::vector<int32_t> si(size_t(R) * T), q(size_t(R) + 1);
+    for (int i = 0; i < R; ++i)
+      for (int t = 0; t < T; ++t) si[size_t(i) * T + t] = s[size_t(i)] * T + t;
+    for (int i = 0; i <= R; ++i) q[size_t(i)] = i * T;
+    slots = index_buffer(s, dev);
+    state_indices = index_buffer(si, dev, {R, T});
+    qsl = index_buffer(q, dev);
+    accepted_prev = index_buffer(prev, dev);
+    accepted_now = index_buffer(prev, dev);
+    cursor = index_buffer(std::vector<int32_t>(size_t(R) * 2, 0), dev, {R, 2});
+  }
+  // This step's accepted counts (uniform in 1..T); the classic path gets the previous step's.
+  void draw(int T, std::mt19937_64& rng) {
+    std::vector<int32_t> now(prev.size());
+    for (auto& a : now) a = std::uniform_int_distribution<int>(1, T)(rng);
+    std::memcpy(accepted_prev.host().data(), prev.data(), prev.size() * 4);
+    std::memcpy(accepted_now.host().data(), now.data(), now.size() * 4);
+    accepted_prev.upload();
+    accepted_now.upload();
+    prev = now;
+  }
+};
+
+struct SpecReport {
+  Timer classic, replay;
+  double max_rel = 0;
+  double classic_state_mb = 0, replay_state_mb = 0;  // per request
+};
+
+int print_spec_report(const std::string& what, const DemoOptions& o, Device dev, const SpecReport& r, double tol) {
+  const double c = r.classic.mean(), p = r.replay.mean();
+  std::printf("\n%s, batch %d, %d steps, window T = %d, history %d, state %s, activations %s, backend %s\n", what.c_str(),
+              o.batch, o.steps, o.window, o.history, o.state.c_str(), o.act.c_str(), to_string(dev).c_str());
+  std::printf("  %-34s %12s %12s %18s\n", "path", "mean us", "median us", "state MB/request");
+  std::printf("  %-34s %12.1f %12.1f %18.3f\n", "classic speculative (T states)", c, r.classic.median(), r.classic_state_mb);
+  std::printf("  %-34s %12.1f %12.1f %18.3f\n", "ReplaySSM verify + commit", p, r.replay.median(), r.replay_state_mb);
+  std::printf("  speedup %.2fx (time), %.2fx less state memory per request; outputs agree: max rel L2 difference %.2e per "
+              "step (%s, tol %.0e)\n",
+              c / p, r.classic_state_mb / r.replay_state_mb, r.max_rel, r.max_rel <= tol ? "ok" : "MISMATCH", tol);
+  return r.max_rel <= tol ? 0 : 1;
+}
+
+double output_tol(DType st, DType at, DType rt) {
+  if (st == DType::f32 && at == DType::f32 && rt == DType::f32) return 1e-4;
+  return st == DType::f32 && rt == DType::f32 ? 1e-2 : 5e-2;
+}
+
+}  // namespace
+
+int run_mamba2_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
+  const Mamba2Geometry g = find_mamba2_preset(o.model).geo.shard(o.tp);
+  const DType st = parse_dtype(o.state, "--state-dtype"), at = parse_dtype(o.act, "--act-dtype");
+  const int R = o.batch, T = o.window, H = g.heads, P = g.headdim, N = g.dstate, G = g.groups, NT = R * T;
+  const SpecConfig spec{o.history, T};
+  const int RL = spec.ring_len();
+  Buffer ckpt(st, {R, H, P, N}, dev), pool(st, {int64_t(R) * T, H, P, N}, dev);
+  seed_states(ckpt, pool, R, T, rng);
+  Buffer x_ring(at, {R, H, RL, P}, dev), dt_ring(DType::f32, {R, H, RL}, dev), B_ring(at, {R, G, RL, N}, dev);
+  SpecIndices ix(R, T, dev, rng);
+  Buffer A(DType::f32, {H}, dev), dt_bias(DType::f32, {H}, dev), D(DType::f32, {H}, dev);
+  A.fill_uniform(rng, -8.0, -1.0);
+  dt_bias.fill_uniform(rng, -4.0, -2.0);
+  D.fill_uniform(rng, 0.5, 1.5);
+  constexpr int kSets = 4;  // rotate input sets so steps differ
+  std::vector<Buffer> xs, dts, Bs, Cs;
+  for (int s = 0; s < kSets; ++s) {
+    xs.emplace_back(at, std::vector<int64_t>{NT, H, P}, dev);
+    dts.emplace_back(at, std::vector<int64_t>{NT, H}, dev);
+    Bs.emplace_back(at, std::vector<int64_t>{NT, G, N}, dev);
+    Cs.emplace_back(at, std::vector<int64_t>{NT, G, N}, dev);
+    xs.back().fill_uniform(rng, -1, 1);
+    dts.back().fill_uniform(rng, -1, 1.5);
+    Bs.back().fill_uniform(rng, -0.3, 0.3);
+    Cs.back().fill_uniform(rng, -0.3, 0.3);
+  }
+  Buffer out_c(at, {NT, H, P}, dev), out_r(at, {NT, H, P}, dev);
+  const mamba2::Weights w{A.view(), dt_bias.view(), D.view(), true};
+  SpecReport rep;
+  rep.classic.dev = rep.replay.dev = dev;
+  for (int step = 0; step < o.steps; ++step) {
+    const int s = step % kSets;
+    const mamba2::TokenInputs in{xs[s].view(), dts[s].view(), Bs[s].view(), Cs[s].view(), {}};
+    ix.draw(T, rng);
+    rep.classic.run([&] {
+      mamba2::classic_spec_decode(
+          {g, T, in, w, pool.view(), ix.state_indices.view(), ix.accepted_prev.view(), ix.qsl.view(), out_c.view()});
+    });
+    rep.replay.run([&] {
+      mamba2::spec_verify({g, spec, in, w, {ckpt.view(), x_ring.view(), dt_ring.view(), B_ring.view(), ix.cursor.view()},
+                           ix.slots.view(), ix.qsl.view(), out_r.view()});
+      commit_cursors(ix.cursor.view(), ix.slots.view(), ix.accepted_now.view(), ix.qsl.view(), spec);
+    });
+    rep.max_rel = std::max(rep.max_rel, rel_l2(out_r.download(), out_c.download()));
+    progress(o, step);
+  }
+  const double state_mb = double(H) * P * N * dtype_size(st) / 1e6;
+  rep.classic_state_mb = T * state_mb;
+  rep.replay_state_mb = state_mb + (double(H) * RL * P * dtype_size(at) + double(H) * RL * 4 +
+                                    double(G) * RL * N * dtype_size(at) + 8) / 1e6;
+  return print_spec_report("Mamba-2 " + std::string(o.model) + " " + g.to_string() + ", speculative", o, dev, rep,
+                           output_tol(st, at, DType::f32));
+}
+
+int run_gdn_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
+  const GdnGeometry g = find_gdn_preset(o.model).geo.shard(o.tp);
+  const DType st = parse_dtype(o.state, "--state-dtype"), at = parse_dtype(o.act, "--act-dtype");
+  const DType rt = parse_dtype(o.ring_dtype, "--ring-dtype");
+  const int R = o.batch, T = o.window, H = g.k_heads, HV = g.v_heads, K = g.head_k_dim, V = g.head_v_dim, NT = R * T;
+  const SpecConfig spec{o.history, T};
+  const int RL = spec.ring_len();
+  Buffer ckpt(st, {R, HV, V, K}, dev), pool(st, {int64_t(R) * T, HV, V, K}, dev);
+  seed_states(ckpt, pool, R, T, rng);
+  Buffer d_ring(rt, {R, HV, RL, V}, dev), k_ring(rt, {R, H, RL, K}, dev), g_ring(DType::f32, {R, HV, RL}, dev);
+  SpecIndices ix(R, T, dev, rng);
+  Buffer A_log(DType::f32, {HV}, dev), dt_bias(DType::f32, {HV}, dev);
+  A_log.fill_uniform(rng, -1.0, 1.0);
+  dt_bias.fill_uniform(rng, -2.0, 0.0);
+  constexpr int kSets = 4;
+  std::vector<Buffer> qs, ks, vs, as, bs;
+  for (int s = 0; s < kSets; ++s) {
+    qs.emplace_back(at, std::vector<int64_t>{NT, H, K}, dev);
+    ks.emplace_back(at, std::vector<int64_t>{NT, H, K}, dev);
+    vs.emplace_back(at, std::vector<int64_t>{NT, HV, V}, dev);
+    as.emplace_back(at, std::vector<int64_t>{NT, HV}, dev);
+    bs.emplace_back(at, std::vector<int64_t>{NT, HV}, dev);
+    qs.back().fill_uniform(rng, -1, 1);
+    ks.back().fill_uniform(rng, -1, 1);
+    vs.back().fill_uniform(rng, -1, 1);
+    as.back().fill_uniform(rng, -2, 2);
+    bs.back().fill_uniform(rng, -2, 2);
+  }
+  Buffer out_c(at, {NT, HV, V}, dev), out_r(at, {NT, HV, V}, dev);
+  const gdn::Weights w{A_log.view(), dt_bias.view(), 0.f, true};
+  SpecReport rep;
+  rep.classic.dev = rep.replay.dev = dev;
+  for (int step = 0; step < o.steps; ++step) {
+    const int s = step % kSets;
+    const gdn::TokenInputs in{qs[s].view(), ks[s].view(), vs[s].view(), as[s].view(), bs[s].view()};
+    ix.draw(T, rng);
+    rep.classic.run([&] {
+      gdn::classic_spec_decode(
+          {g, T, in, w, pool.view(), ix.state_indices.view(), ix.accepted_prev.view(), ix.qsl.view(), out_c.view()});
+    });
+    rep.replay.run([&] {
+      gdn::spec_verify({g, spec, in, w, {ckpt.view(), d_ring.view(), k_ring.view(), g_ring.view(), ix.cursor.view()},
+                        ix.slots.view(), ix.qsl.view(), out_r.view()});
+      commit_cursors(ix.cursor.view(), ix.slots.view(), ix.accepted_now.view(), ix.qsl.view(), spec);
+    });
+    rep.max_rel = std::max(rep.max_rel, rel_l2(out_r.download(), out_c.download()));
+    progress(o, step);
+  }
+  const double state_mb = double(HV) * V * K * dtype_size(st) / 1e6;
+  rep.classic_state_mb = T * state_mb;
+  rep.replay_state_mb =
+      state_mb + (double(HV) * RL * V * dtype_size(rt) + double(H) * RL * K * dtype_size(rt) + double(HV) * RL * 4 + 8) / 1e6;
+  return print_spec_report("GDN " + std::string(o.model) + " " + g.to_string() + ", speculative", o, dev, rep,
+                           output_tol(st, at, rt));
+}
+
+}  // namespace replayssm::tools::demo
