@@ -97,6 +97,36 @@ inline const T* row_as(const void* row, DType t, int n, T* buf) {
   return buf;
 }
 
+// Sq[i] = tot (S0[i, :] . q), Sk[i] = tot (S0[i, :] . k) for the V rows of one head: one pass over each row for both
+// products. fp32 rows are read in place four at a time with a prefetch a few rows ahead, so that a core keeps several
+// cache-line streams in flight (the same as the Mamba-2 checkpoint readout).
+template <class T>
+inline void checkpoint_products(const void* S0, DType t, int V, int K, const T* q, const T* k, T tot, T* buf, T* Sq,
+                                T* Sk) {
+  int i = 0;
+  if (t == DType::f32 && sizeof(T) == 4) {
+    const float* S = static_cast<const float*>(S0);
+    for (; i + 4 <= V; i += 4) {
+      const float *r0 = S + size_t(i) * K, *r1 = r0 + K, *r2 = r1 + K, *r3 = r2 + K;
+      for (int b = 0; b < 4 * K; b += 16) __builtin_prefetch(r0 + 8 * K + b, 0, 3);
+      T a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;
+#pragma omp simd reduction(+ : a0, a1, a2, a3, b0, b1, b2, b3)
+      for (int c = 0; c < K; ++c) {
+        a0 += r0[c] * q[c]; a1 += r1[c] * q[c]; a2 += r2[c] * q[c]; a3 += r3[c] * q[c];
+        b0 += r0[c] * k[c]; b1 += r1[c] * k[c]; b2 += r2[c] * k[c]; b3 += r3[c] * k[c];
+      }
+      Sq[i] = tot * a0; Sq[i + 1] = tot * a1; Sq[i + 2] = tot * a2; Sq[i + 3] = tot * a3;
+      Sk[i] = tot * b0; Sk[i + 1] = tot * b1; Sk[i + 2] = tot * b2; Sk[i + 3] = tot * b3;
+    }
+  }
+  for (; i < V; ++i) {
+    T a, b;
+    dot2(row_as<T>(at(S0, t, int64_t(i) * K), t, K, buf), q, k, K, a, b);
+    Sq[i] = tot * a;
+    Sk[i] = tot * b;
+  }
+}
+
 template <class T>
 inline void axpy(T alpha, const T* x, T* y, int n) {  // y += alpha x
 #pragma omp simd

@@ -53,12 +53,7 @@ void run(const GdnReplayParams& P) {
 
         void* S0 = at(p.state, p.state_dtype, slot * p.state_slot + int64_t(hv) * V * K);
         if (w < L - 1) {
-          for (int i = 0; i < V; ++i) {  // one pass over each checkpoint row for both products, read in place
-            T a, b;
-            dot2(row_as<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, s.data()), q.data(), k.data(), K, a, b);
-            Sq[i] = tot * a;
-            Sk[i] = tot * b;
-          }
+          checkpoint_products(S0, p.state_dtype, V, K, q.data(), k.data(), tot, s.data(), Sq.data(), Sk.data());
           for (int j = 0; j < w; ++j) {
             const T* kj = &kh[size_t(j) * K];
             axpy(om[j] * dot(kj, q.data(), K), &dh[size_t(j) * V], Sq.data(), V);
