@@ -55,29 +55,13 @@ int run_mamba2(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   Buffer x_ring(at, {R, H, L, P}, dev), dt_ring(DType::f32, {R, H, L}, dev), B_ring(at, {R, G, L, N}, dev);
   Buffer cursor = index_buffer(std::vector<int32_t>(size_t(R), 0), dev);
   Buffer slots = index_buffer(shuffled_slots(R, rng), dev);
-  Buffer A(DType::f32, {H}, dev), dt_bias(DType::f32, {H}, dev), D(DType::f32, {H}, dev);
-  A.fill_uniform(rng, -8.0, -1.0);
-  dt_bias.fill_uniform(rng, -4.0, -2.0);
-  D.fill_uniform(rng, 0.5, 1.5);
-  constexpr int kSets = 4;  // rotate input sets so steps differ
-  std::vector<Buffer> xs, dts, Bs, Cs;
-  for (int s = 0; s < kSets; ++s) {
-    xs.emplace_back(at, std::vector<int64_t>{R, H, P}, dev);
-    dts.emplace_back(at, std::vector<int64_t>{R, H}, dev);
-    Bs.emplace_back(at, std::vector<int64_t>{R, G, N}, dev);
-    Cs.emplace_back(at, std::vector<int64_t>{R, G, N}, dev);
-    xs.back().fill_uniform(rng, -1, 1);
-    dts.back().fill_uniform(rng, -1, 1.5);
-    Bs.back().fill_uniform(rng, -0.3, 0.3);
-    Cs.back().fill_uniform(rng, -0.3, 0.3);
-  }
+  const Mamba2Layer layer(g, at, R, dev, rng);
   Buffer out_c(at, {R, H, P}, dev), out_r(at, {R, H, P}, dev);
-  const mamba2::Weights w{A.view(), dt_bias.view(), D.view(), true};
+  const mamba2::Weights w = layer.weights();
   Report rep;
   rep.classic.dev = rep.replay.dev = dev;
   for (int step = 0; step < o.steps; ++step) {
-    const int s = step % kSets;
-    const mamba2::TokenInputs in{xs[s].view(), dts[s].view(), Bs[s].view(), Cs[s].view(), {}};
+    const mamba2::TokenInputs in = layer.inputs(step);
     rep.classic.run([&] { mamba2::decode({g, in, w, state.view(), slots.view(), out_c.view()}); });
     mamba2::ReplayDecodeArgs ra{g, in, w, {ckpt.view(), x_ring.view(), dt_ring.view(), B_ring.view(), cursor.view()},
                                 slots.view(), out_r.view(),
@@ -109,30 +93,13 @@ int run_gdn(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   Buffer d_ring(rt, {R, HV, L, V}, dev), k_ring(rt, {R, H, L, K}, dev), g_ring(DType::f32, {R, HV, L}, dev);
   Buffer cursor = index_buffer(std::vector<int32_t>(size_t(R), 0), dev);
   Buffer slots = index_buffer(shuffled_slots(R, rng), dev);
-  Buffer A_log(DType::f32, {HV}, dev), dt_bias(DType::f32, {HV}, dev);
-  A_log.fill_uniform(rng, -1.0, 1.0);
-  dt_bias.fill_uniform(rng, -2.0, 0.0);
-  constexpr int kSets = 4;
-  std::vector<Buffer> qs, ks, vs, as, bs;
-  for (int s = 0; s < kSets; ++s) {
-    qs.emplace_back(at, std::vector<int64_t>{R, H, K}, dev);
-    ks.emplace_back(at, std::vector<int64_t>{R, H, K}, dev);
-    vs.emplace_back(at, std::vector<int64_t>{R, HV, V}, dev);
-    as.emplace_back(at, std::vector<int64_t>{R, HV}, dev);
-    bs.emplace_back(at, std::vector<int64_t>{R, HV}, dev);
-    qs.back().fill_uniform(rng, -1, 1);
-    ks.back().fill_uniform(rng, -1, 1);
-    vs.back().fill_uniform(rng, -1, 1);
-    as.back().fill_uniform(rng, -2, 2);
-    bs.back().fill_uniform(rng, -2, 2);
-  }
+  const GdnLayer layer(g, at, R, dev, rng);
   Buffer out_c(at, {R, HV, V}, dev), out_r(at, {R, HV, V}, dev);
-  const gdn::Weights w{A_log.view(), dt_bias.view(), 0.f, true};
+  const gdn::Weights w = layer.weights();
   Report rep;
   rep.classic.dev = rep.replay.dev = dev;
   for (int step = 0; step < o.steps; ++step) {
-    const int s = step % kSets;
-    const gdn::TokenInputs in{qs[s].view(), ks[s].view(), vs[s].view(), as[s].view(), bs[s].view()};
+    const gdn::TokenInputs in = layer.inputs(step);
     rep.classic.run([&] { gdn::decode({g, in, w, state.view(), slots.view(), out_c.view()}); });
     gdn::ReplayDecodeArgs ra{g, in, w, {ckpt.view(), d_ring.view(), k_ring.view(), g_ring.view(), cursor.view()},
                              slots.view(), out_r.view()};

@@ -81,6 +81,63 @@ inline Buffer index_buffer(const std::vector<int32_t>& v, Device dev, std::vecto
   return b;
 }
 
+// A layer's weights and kSets rotating sets of `tokens` input rows (steps differ, nothing is regenerated inside the
+// timed loop), random in the ranges of a real layer.
+struct Mamba2Layer {
+  static constexpr int kSets = 4;
+  Buffer A, dt_bias, D;
+  std::vector<Buffer> x, dt, B, C;
+  Mamba2Layer(const Mamba2Geometry& g, DType at, int64_t tokens, Device dev, std::mt19937_64& rng)
+      : A(DType::f32, {g.heads}, dev), dt_bias(DType::f32, {g.heads}, dev), D(DType::f32, {g.heads}, dev) {
+    A.fill_uniform(rng, -8.0, -1.0);
+    dt_bias.fill_uniform(rng, -4.0, -2.0);
+    D.fill_uniform(rng, 0.5, 1.5);
+    for (int s = 0; s < kSets; ++s) {
+      x.emplace_back(at, std::vector<int64_t>{tokens, g.heads, g.headdim}, dev);
+      dt.emplace_back(at, std::vector<int64_t>{tokens, g.heads}, dev);
+      B.emplace_back(at, std::vector<int64_t>{tokens, g.groups, g.dstate}, dev);
+      C.emplace_back(at, std::vector<int64_t>{tokens, g.groups, g.dstate}, dev);
+      x.back().fill_uniform(rng, -1, 1);
+      dt.back().fill_uniform(rng, -1, 1.5);
+      B.back().fill_uniform(rng, -0.3, 0.3);
+      C.back().fill_uniform(rng, -0.3, 0.3);
+    }
+  }
+  mamba2::Weights weights() const { return {A.view(), dt_bias.view(), D.view(), true}; }
+  mamba2::TokenInputs inputs(int step) const {
+    const int s = step % kSets;
+    return {x[s].view(), dt[s].view(), B[s].view(), C[s].view(), {}};
+  }
+};
+
+struct GdnLayer {
+  static constexpr int kSets = 4;
+  Buffer A_log, dt_bias;
+  std::vector<Buffer> q, k, v, a, b;
+  GdnLayer(const GdnGeometry& g, DType at, int64_t tokens, Device dev, std::mt19937_64& rng)
+      : A_log(DType::f32, {g.v_heads}, dev), dt_bias(DType::f32, {g.v_heads}, dev) {
+    A_log.fill_uniform(rng, -1.0, 1.0);
+    dt_bias.fill_uniform(rng, -2.0, 0.0);
+    for (int s = 0; s < kSets; ++s) {
+      q.emplace_back(at, std::vector<int64_t>{tokens, g.k_heads, g.head_k_dim}, dev);
+      k.emplace_back(at, std::vector<int64_t>{tokens, g.k_heads, g.head_k_dim}, dev);
+      v.emplace_back(at, std::vector<int64_t>{tokens, g.v_heads, g.head_v_dim}, dev);
+      a.emplace_back(at, std::vector<int64_t>{tokens, g.v_heads}, dev);
+      b.emplace_back(at, std::vector<int64_t>{tokens, g.v_heads}, dev);
+      q.back().fill_uniform(rng, -1, 1);
+      k.back().fill_uniform(rng, -1, 1);
+      v.back().fill_uniform(rng, -1, 1);
+      a.back().fill_uniform(rng, -2, 2);
+      b.back().fill_uniform(rng, -2, 2);
+    }
+  }
+  gdn::Weights weights() const { return {A_log.view(), dt_bias.view(), 0.f, true}; }
+  gdn::TokenInputs inputs(int step) const {
+    const int s = step % kSets;
+    return {q[s].view(), k[s].view(), v[s].view(), a[s].view(), b[s].view()};
+  }
+};
+
 // The speculative demo (demo_spec.cpp): the classic speculative path (one state written per window token) against
 // ReplaySSM verify + commit, windows of o.window tokens, random accepted counts; returns 0 when the outputs agree.
 int run_mamba2_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng);

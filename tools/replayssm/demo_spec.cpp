@@ -92,29 +92,13 @@ int run_mamba2_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   seed_states(ckpt, pool, R, T, rng);
   Buffer x_ring(at, {R, H, RL, P}, dev), dt_ring(DType::f32, {R, H, RL}, dev), B_ring(at, {R, G, RL, N}, dev);
   SpecIndices ix(R, T, dev, rng);
-  Buffer A(DType::f32, {H}, dev), dt_bias(DType::f32, {H}, dev), D(DType::f32, {H}, dev);
-  A.fill_uniform(rng, -8.0, -1.0);
-  dt_bias.fill_uniform(rng, -4.0, -2.0);
-  D.fill_uniform(rng, 0.5, 1.5);
-  constexpr int kSets = 4;  // rotate input sets so steps differ
-  std::vector<Buffer> xs, dts, Bs, Cs;
-  for (int s = 0; s < kSets; ++s) {
-    xs.emplace_back(at, std::vector<int64_t>{NT, H, P}, dev);
-    dts.emplace_back(at, std::vector<int64_t>{NT, H}, dev);
-    Bs.emplace_back(at, std::vector<int64_t>{NT, G, N}, dev);
-    Cs.emplace_back(at, std::vector<int64_t>{NT, G, N}, dev);
-    xs.back().fill_uniform(rng, -1, 1);
-    dts.back().fill_uniform(rng, -1, 1.5);
-    Bs.back().fill_uniform(rng, -0.3, 0.3);
-    Cs.back().fill_uniform(rng, -0.3, 0.3);
-  }
+  const Mamba2Layer layer(g, at, NT, dev, rng);
   Buffer out_c(at, {NT, H, P}, dev), out_r(at, {NT, H, P}, dev);
-  const mamba2::Weights w{A.view(), dt_bias.view(), D.view(), true};
+  const mamba2::Weights w = layer.weights();
   SpecReport rep;
   rep.classic.dev = rep.replay.dev = dev;
   for (int step = 0; step < o.steps; ++step) {
-    const int s = step % kSets;
-    const mamba2::TokenInputs in{xs[s].view(), dts[s].view(), Bs[s].view(), Cs[s].view(), {}};
+    const mamba2::TokenInputs in = layer.inputs(step);
     ix.draw(T, rng);
     rep.classic.run([&] {
       mamba2::classic_spec_decode(
@@ -147,30 +131,13 @@ int run_gdn_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   seed_states(ckpt, pool, R, T, rng);
   Buffer d_ring(rt, {R, HV, RL, V}, dev), k_ring(rt, {R, H, RL, K}, dev), g_ring(DType::f32, {R, HV, RL}, dev);
   SpecIndices ix(R, T, dev, rng);
-  Buffer A_log(DType::f32, {HV}, dev), dt_bias(DType::f32, {HV}, dev);
-  A_log.fill_uniform(rng, -1.0, 1.0);
-  dt_bias.fill_uniform(rng, -2.0, 0.0);
-  constexpr int kSets = 4;
-  std::vector<Buffer> qs, ks, vs, as, bs;
-  for (int s = 0; s < kSets; ++s) {
-    qs.emplace_back(at, std::vector<int64_t>{NT, H, K}, dev);
-    ks.emplace_back(at, std::vector<int64_t>{NT, H, K}, dev);
-    vs.emplace_back(at, std::vector<int64_t>{NT, HV, V}, dev);
-    as.emplace_back(at, std::vector<int64_t>{NT, HV}, dev);
-    bs.emplace_back(at, std::vector<int64_t>{NT, HV}, dev);
-    qs.back().fill_uniform(rng, -1, 1);
-    ks.back().fill_uniform(rng, -1, 1);
-    vs.back().fill_uniform(rng, -1, 1);
-    as.back().fill_uniform(rng, -2, 2);
-    bs.back().fill_uniform(rng, -2, 2);
-  }
+  const GdnLayer layer(g, at, NT, dev, rng);
   Buffer out_c(at, {NT, HV, V}, dev), out_r(at, {NT, HV, V}, dev);
-  const gdn::Weights w{A_log.view(), dt_bias.view(), 0.f, true};
+  const gdn::Weights w = layer.weights();
   SpecReport rep;
   rep.classic.dev = rep.replay.dev = dev;
   for (int step = 0; step < o.steps; ++step) {
-    const int s = step % kSets;
-    const gdn::TokenInputs in{qs[s].view(), ks[s].view(), vs[s].view(), as[s].view(), bs[s].view()};
+    const gdn::TokenInputs in = layer.inputs(step);
     ix.draw(T, rng);
     rep.classic.run([&] {
       gdn::classic_spec_decode(
