@@ -45,12 +45,12 @@ void run(const GdnReplayParams& P) {
           Gs = decay_history_per_head(gr, R.g_dtype, w, om.data());
         }
         // row by row, each row stored as soon as it is folded (it is read only by its own fold)
+        const T tot_h = T(std::exp(Gs));
         for (int i = 0; i < V; ++i) {
           if (per_channel)
             fold_row_per_channel(S0, p.state_dtype, tot.data(), dh.data(), kh.data(), w, V, K, i, fc.data(), s.data());
           else
-            fold_row_per_head(S0, p.state_dtype, T(std::exp(Gs)), om.data(), dh.data(), kh.data(), w, V, K, i, fc.data(),
-                              s.data());
+            fold_row_per_head(S0, p.state_dtype, tot_h, om.data(), dh.data(), kh.data(), w, V, K, i, fc.data(), s.data());
           store_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, s.data());
         }
       }

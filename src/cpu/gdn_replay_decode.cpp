@@ -121,9 +121,7 @@ void run_per_channel(const GdnReplayParams& P) {
         void* S0 = at(p.state, p.state_dtype, slot * p.state_slot + int64_t(hv) * V * K);
         if (w < L - 1) {
           for (int c = 0; c < K; ++c) { wq[c] = tot[c] * qa[c]; wk[c] = tot[c] * ka[c]; }
-          for (int i = 0; i < V; ++i)
-            dot2(row_as<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, s.data()), wq.data(), wk.data(), K,
-                 Sq[i], Sk[i]);
+          checkpoint_products(S0, p.state_dtype, V, K, wq.data(), wk.data(), T(1), s.data(), Sq.data(), Sk.data());
           for (int j = 0; j < w; ++j) {
             const T* kj = &kh[size_t(j) * K];
             axpy(dot(kj, qa.data(), K), &dh[size_t(j) * V], Sq.data(), V);

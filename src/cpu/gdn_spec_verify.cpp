@@ -153,7 +153,7 @@ void run_per_channel(const GdnVerifyParams& P) {
   {
     std::vector<T> s(K), tot(K), fc(RL), G(size_t(RL) * K), kh(size_t(RL) * K), dh(size_t(RL) * V), Sp;
     std::vector<T> qw(size_t(T_) * K), kw(size_t(T_) * K), vw(size_t(T_) * V), gw(size_t(T_) * K), gam(size_t(T_) * K);
-    std::vector<T> eq(size_t(T_) * K), ek(size_t(T_) * K), wq(K), wk(K);
+    std::vector<T> eq(size_t(T_) * K), ek(size_t(T_) * K), wq(size_t(T_) * K), wk(size_t(T_) * K);
     std::vector<T> HQ(size_t(T_) * V), HK(size_t(T_) * V), D(size_t(T_) * V), O(size_t(T_) * V);
     std::vector<T> beta(T_), KK(size_t(T_) * T_), KQ(size_t(T_) * T_);
 #pragma omp for collapse(2) schedule(static)
@@ -199,11 +199,16 @@ void run_per_channel(const GdnVerifyParams& P) {
           materialise_per_channel(S0, p.state_dtype, tot.data(), dh.data(), kh.data(), w, V, K, fc.data(), Sp.data());
           store_fold_and_project(S0, p.state_dtype, Sp.data(), w, eq.data(), ek.data(), n, V, K, HQ.data(), HK.data());
         } else {
+          // the window's q / k weighted by the checkpoint's decay, once per position (not per state row)
+          for (int j = 0; j < n; ++j)
+            for (int e = 0; e < K; ++e) {
+              wq[size_t(j) * K + e] = tot[e] * eq[size_t(j) * K + e];
+              wk[size_t(j) * K + e] = tot[e] * ek[size_t(j) * K + e];
+            }
           for (int i = 0; i < V; ++i) {
             const T* si = row_as<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, s.data());
             for (int j = 0; j < n; ++j) {
-              for (int e = 0; e < K; ++e) { wq[e] = tot[e] * eq[size_t(j) * K + e]; wk[e] = tot[e] * ek[size_t(j) * K + e]; }
-              dot2(si, wq.data(), wk.data(), K, HQ[size_t(j) * V + i], HK[size_t(j) * V + i]);
+              dot2(si, &wq[size_t(j) * K], &wk[size_t(j) * K], K, HQ[size_t(j) * V + i], HK[size_t(j) * V + i]);
             }
           }
           for (int c = 0; c < w; ++c)

@@ -102,6 +102,16 @@ inline void checkpoint_readout(const char* S, DType sdt, int P, int N, const T* 
   }
 }
 
+// Row i of S_w = total S0[i, :] + sum_{k < nt} s_k x_k[i] B_k (flush, materialize, verify fold), in T into srow from the
+// stored row Srow; X [nt][P] the ring's x rows, Bm [nt][N] its B rows, f scratch for nt coefficients.
+template <class T>
+inline void fold_state_row(const void* Srow, DType sdt, T total, const T* s, const T* X, int P, int i, const T* Bm,
+                           int nt, int N, T* f, T* srow) {
+  load_row<T>(Srow, sdt, N, srow);
+  for (int k = 0; k < nt; ++k) f[k] = s[k] * X[size_t(k) * P + i];
+  fold_row<T>(srow, total, f, Bm, nt, N);
+}
+
 template <class T> inline T softplus(T u) { return u > T(20) ? u : std::log1p(std::exp(u)); }
 
 // Decay factor exp(A * c) with the exponent clamped to <= 0 (the replay paths' rule: a positive

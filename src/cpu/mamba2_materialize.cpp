@@ -38,9 +38,7 @@ static void materialize_impl(const Mamba2ReplayParams& rp) {
       char* S0 = at(p.state, p.state_dtype, int64_t(slot) * p.state_slot + int64_t(h) * P * N);
       for (int i = 0; i < P; ++i) {
         char* Srow = S0 + int64_t(i) * N * sd;
-        load_row<T>(Srow, p.state_dtype, N, srow);
-        for (int k = 0; k < w; ++k) f[k] = s[k] * X[size_t(k) * P + i];
-        fold_row<T>(srow, total, f, Bm, w, N);
+        fold_state_row<T>(Srow, p.state_dtype, total, s, X, P, i, Bm, w, N, f, srow);
         store_row<T>(Srow, p.state_dtype, N, srow);
       }
     }

@@ -93,9 +93,7 @@ static void replay_impl(const Mamba2ReplayParams& rp) {
         // in column blocks that stay in registers across the k loop.
         for (int i = 0; i < P; ++i) {
           char* Srow = S0 + int64_t(i) * N * sd;
-          load_row<T>(Srow, p.state_dtype, N, srow);
-          for (int k = 0; k < nt; ++k) acc[k] = s[k] * X[size_t(k) * P + i];  // acc reused as f_k
-          fold_row<T>(srow, total, acc, Bm, nt, N);
+          fold_state_row<T>(Srow, p.state_dtype, total, s, X, P, i, Bm, nt, N, acc, srow);  // acc reused as f_k
           y[i] = dot(srow, Cv, N);  // from the unrounded state
           if (flush) store_row<T>(Srow, p.state_dtype, N, srow);
         }

@@ -74,9 +74,7 @@ static void verify_impl(const Mamba2VerifyParams& vp) {
         char* Srow = S0 + int64_t(i) * N * sd;
         const T* Si;
         if (fold) {
-          load_row<T>(Srow, p.state_dtype, N, srow);
-          for (int k = 0; k < w; ++k) fx[k] = f[k] * X[size_t(k) * P + i];
-          fold_row<T>(srow, total_h, fx, Bm, w, N);
+          fold_state_row<T>(Srow, p.state_dtype, total_h, f, X, P, i, Bm, w, N, fx, srow);
           store_row<T>(Srow, p.state_dtype, N, srow);
           Si = srow;
         } else {
