@@ -1,78 +1,23 @@
-// Shared pieces of the CPU Gated DeltaNet kernels: dtype-converting row loads/stores (the switch is
-// hoisted out of the element loop so the loops vectorise), dot products, and the per-token
-// preparation (gates, L2-normalised k, normalised-and-scaled q) that every op does identically.
+// Shared pieces of the CPU Gated DeltaNet kernels: the checkpoint products, the history decays and folds, and the
+// per-token preparation (gates, L2-normalised k, normalised-and-scaled q) that every op does identically (row loads /
+// stores in any dtype: cpu/rows.hpp).
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "cpu/fold_row.hpp"
+#include "cpu/rows.hpp"
 #include "params/gdn_params.hpp"
 #include "replayssm/dtype.hpp"
 
 namespace replayssm::cpu::gdn_detail {
-
-inline const void* at(const void* base, DType t, int64_t idx) {
-  return static_cast<const char*>(base) + idx * dtype_size(t);
-}
-inline void* at(void* base, DType t, int64_t idx) { return static_cast<char*>(base) + idx * dtype_size(t); }
-
-template <class T>
-inline void load_row(const void* p, DType t, int n, T* out) {
-  if (t == DType::f32) {
-    const float* s = static_cast<const float*>(p);
-    for (int i = 0; i < n; ++i) out[i] = T(s[i]);
-  } else if (t == DType::f64) {
-    const double* s = static_cast<const double*>(p);
-    for (int i = 0; i < n; ++i) out[i] = T(s[i]);
-  } else if (t == DType::bf16) {
-    const uint16_t* s = static_cast<const uint16_t*>(p);
-    for (int i = 0; i < n; ++i) out[i] = T(bf16_bits_to_f32(s[i]));
-  } else if (t == DType::f16) {
-    const uint16_t* s = static_cast<const uint16_t*>(p);
-    for (int i = 0; i < n; ++i) out[i] = T(f16_bits_to_f32(s[i]));
-  }
-}
-
-// Stores round to nearest even from float (T = float) or from double (T = double; 16-bit formats
-// go through float first, exactly as a double -> float -> half conversion on a GPU would).
-template <class T>
-inline void store_row(void* p, DType t, int n, const T* in) {
-  if (t == DType::f32) {
-    float* d = static_cast<float*>(p);
-    for (int i = 0; i < n; ++i) d[i] = float(in[i]);
-  } else if (t == DType::f64) {
-    double* d = static_cast<double*>(p);
-    for (int i = 0; i < n; ++i) d[i] = double(in[i]);
-  } else if (t == DType::bf16) {
-    uint16_t* d = static_cast<uint16_t*>(p);
-    for (int i = 0; i < n; ++i) d[i] = f32_to_bf16_bits(float(in[i]));
-  } else if (t == DType::f16) {
-    uint16_t* d = static_cast<uint16_t*>(p);
-    for (int i = 0; i < n; ++i) d[i] = f32_to_f16_bits(float(in[i]));
-  }
-}
-
-template <class T>
-inline T load_one(const void* base, DType t, int64_t idx) {
-  T v = T(0);
-  load_row<T>(at(base, t, idx), t, 1, &v);
-  return v;
-}
 
 // Round in place to what a store to `t` and a reload would give.
 template <class T>
 inline void round_row(DType t, int n, T* x) {
   if (t == DType::f64 || (t == DType::f32 && sizeof(T) == 4)) return;
   for (int i = 0; i < n; ++i) x[i] = T(round_to(t, x[i]));
-}
-
-template <class T>
-inline T dot(const T* a, const T* b, int n) {
-  T s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
 }
 
 // x = s . a and y = s . b in one pass over s (a state row read once for both).
@@ -86,15 +31,6 @@ inline void dot2(const T* s, const T* a, const T* b, int n, T& x, T& y) {
   }
   x = u;
   y = v;
-}
-
-// n values of a row stored in dtype t, as T: the row itself when it is stored as T (no copy), else converted
-// into buf.
-template <class T>
-inline const T* row_as(const void* row, DType t, int n, T* buf) {
-  if ((t == DType::f32 && sizeof(T) == 4) || (t == DType::f64 && sizeof(T) == 8)) return static_cast<const T*>(row);
-  load_row<T>(row, t, n, buf);
-  return buf;
 }
 
 // Sq[i] = tot (S0[i, :] . q), Sk[i] = tot (S0[i, :] . k) for the V rows of one head: one pass over each row for both

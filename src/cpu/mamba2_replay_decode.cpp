@@ -23,11 +23,11 @@ struct GroupCache {
     B.resize(size_t(n) * N);
     C.resize(size_t(N));
     bc.resize(size_t(n));
-    const char* Br = m2::at(ring.B_ring, p.act, int64_t(slot) * ring.Br_slot + int64_t(gg) * L * N);
-    for (int k = 0; k < n - 1; ++k) m2::load_row<T>(Br + int64_t(k) * N * ad, p.act, N, B.data() + size_t(k) * N);
-    m2::load_row<T>(m2::at(p.B, p.act, m2::B_off(p, r, gg)), p.act, N, B.data() + size_t(n - 1) * N);
-    m2::load_row<T>(m2::at(p.C, p.act, m2::C_off(p, r, gg)), p.act, N, C.data());
-    for (int k = 0; k < n; ++k) bc[size_t(k)] = m2::dot(B.data() + size_t(k) * N, C.data(), N);
+    const char* Br = at(ring.B_ring, p.act, int64_t(slot) * ring.Br_slot + int64_t(gg) * L * N);
+    for (int k = 0; k < n - 1; ++k) load_row<T>(Br + int64_t(k) * N * ad, p.act, N, B.data() + size_t(k) * N);
+    load_row<T>(at(p.B, p.act, B_off(p, r, gg)), p.act, N, B.data() + size_t(n - 1) * N);
+    load_row<T>(at(p.C, p.act, C_off(p, r, gg)), p.act, N, C.data());
+    for (int k = 0; k < n; ++k) bc[size_t(k)] = dot(B.data() + size_t(k) * N, C.data(), N);
     op = &p; row = r; g = gg; nt = n;
   }
 };

@@ -78,7 +78,7 @@ static void verify_impl(const Mamba2VerifyParams& vp) {
           store_row<T>(Srow, p.state_dtype, N, srow);
           Si = srow;
         } else {
-          Si = state_row_as<T>(Srow, p.state_dtype, N, srow);
+          Si = row_as<T>(Srow, p.state_dtype, N, srow);
         }
         for (int t = 0; t < n; ++t) Y[size_t(t) * P + i] = dot(Si, Cm + size_t(t) * N, N);
       }
