@@ -45,8 +45,15 @@ struct Timer {
     device_synchronize(dev);
     us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
-  double median() const {
-    std::vector<double> v = us;
+  double median() const { return median_of(us); }
+  // Median of the samples whose index i has keep(i) (e.g. only the flush steps); 0 when there are none.
+  template <class Keep> double median_where(Keep keep) const {
+    std::vector<double> v;
+    for (size_t i = 0; i < us.size(); ++i)
+      if (keep(i)) v.push_back(us[i]);
+    return v.empty() ? 0.0 : median_of(std::move(v));
+  }
+  static double median_of(std::vector<double> v) {
     std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
     return v[v.size() / 2];
   }
