@@ -31,6 +31,18 @@ struct Report {
   StepBytes classic_bytes, replay_bytes;
 };
 
+// Every row starts at cursor 0, so step s is a flush step exactly when s % L == L - 1.
+void print_step_types(const DemoOptions& o, const Report& r) {
+  const int L = o.ring;
+  const double app = r.replay.median_where([L](size_t s) { return int(s % L) != L - 1; });
+  const double fl = r.replay.median_where([L](size_t s) { return int(s % L) == L - 1; });
+  if (app > 0)
+    std::printf("  %-22s %12s %12.1f   (%.2fx the classic step)\n", "  append step", "", app, app / r.classic.median());
+  if (fl > 0)
+    std::printf("  %-22s %12s %12.1f   (%.2fx the classic step; one step in %d)\n", "  flush step", "", fl,
+                fl / r.classic.median(), L);
+}
+
 void print_report(const char* what, const DemoOptions& o, Device dev, Report& r, double tol) {
   const double c = r.classic.mean(), p = r.replay.mean();
   std::printf("\n%s, batch %d, %d steps, L = %d, state %s, activations %s, backend %s\n", what, o.batch, o.steps,
@@ -40,15 +52,12 @@ void print_report(const char* what, const DemoOptions& o, Device dev, Report& r,
               r.classic_bytes.state() / 1e6, r.classic_bytes.total() / 1e6, r.classic_bytes.total() / c / 1e3);
   std::printf("  %-22s %12.1f %12.1f %14.3f %14.3f %10.1f\n", "ReplaySSM (amortised)", p, r.replay.median(),
               r.replay_bytes.state() / 1e6, r.replay_bytes.total() / 1e6, r.replay_bytes.total() / p / 1e3);
-  // Every row starts at cursor 0, so step s is a flush step exactly when s % L == L - 1.
-  const int L = o.ring;
-  const double app = r.replay.median_where([L](size_t s) { return int(s % L) != L - 1; });
-  const double fl = r.replay.median_where([L](size_t s) { return int(s % L) == L - 1; });
-  if (app > 0)
-    std::printf("  %-22s %12s %12.1f   (%.2fx the classic step)\n", "  append step", "", app, app / r.classic.median());
-  if (fl > 0)
-    std::printf("  %-22s %12s %12.1f   (%.2fx the classic step; one step in %d)\n", "  flush step", "", fl,
-                fl / r.classic.median(), L);
+  if (o.stagger) {
+    std::printf("  (rows staggered over the ring's fill levels: about %.1f rows flush every step)\n",
+                double(o.batch) / o.ring);
+  } else {
+    print_step_types(o, r);
+  }
   std::printf("  speedup %.2fx (time), %.2fx fewer bytes; outputs agree: max rel L2 difference %.2e per step (%s, tol %.0e)\n",
               c / p, r.classic_bytes.total() / r.replay_bytes.total(), r.max_rel, r.max_rel <= tol ? "ok" : "MISMATCH", tol);
 }
@@ -63,22 +72,32 @@ int run_mamba2(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   ckpt.upload();
   Buffer x_ring(at, {R, H, L, P}, dev), dt_ring(DType::f32, {R, H, L}, dev), B_ring(at, {R, G, L, N}, dev);
   Buffer cursor = index_buffer(std::vector<int32_t>(size_t(R), 0), dev);
-  Buffer slots = index_buffer(shuffled_slots(R, rng), dev);
+  const std::vector<int32_t> slot_ids = shuffled_slots(R, rng);
+  Buffer slots = index_buffer(slot_ids, dev);
   const Mamba2Layer layer(g, at, R, dev, rng);
   Buffer out_c(at, {R, H, P}, dev), out_r(at, {R, H, P}, dev);
   const mamba2::Weights w = layer.weights();
+  const mamba2::Route route = o.route == "state_and_output" ? mamba2::Route::state_and_output : mamba2::Route::output_only;
+  auto classic = [&](int step, const Buffer& s) {
+    mamba2::decode({g, layer.inputs(step), w, state.view(), s.view(), out_c.view()});
+  };
+  auto replay = [&](int step, const Buffer& s) {
+    mamba2::replay_decode({g, layer.inputs(step), w,
+                           {ckpt.view(), x_ring.view(), dt_ring.view(), B_ring.view(), cursor.view()}, s.view(),
+                           out_r.view(), route});
+    advance_cursors(cursor.view(), s.view(), L);
+  };
+  if (o.stagger)
+    for (const auto& ids : stagger_warmup(slot_ids, L)) {
+      const Buffer s = index_buffer(ids, dev);
+      classic(0, s);
+      replay(0, s);
+    }
   Report rep;
   rep.classic.dev = rep.replay.dev = dev;
   for (int step = 0; step < o.steps; ++step) {
-    const mamba2::TokenInputs in = layer.inputs(step);
-    rep.classic.run([&] { mamba2::decode({g, in, w, state.view(), slots.view(), out_c.view()}); });
-    mamba2::ReplayDecodeArgs ra{g, in, w, {ckpt.view(), x_ring.view(), dt_ring.view(), B_ring.view(), cursor.view()},
-                                slots.view(), out_r.view(),
-                                o.route == "state_and_output" ? mamba2::Route::state_and_output : mamba2::Route::output_only};
-    rep.replay.run([&] {
-      mamba2::replay_decode(ra);
-      advance_cursors(cursor.view(), slots.view(), L);
-    });
+    rep.classic.run([&] { classic(step, slots); });
+    rep.replay.run([&] { replay(step, slots); });
     rep.max_rel = std::max(rep.max_rel, rel_l2(out_r.download(), out_c.download()));
     progress(o, step);
   }
@@ -101,21 +120,31 @@ int run_gdn(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   ckpt.upload();
   Buffer d_ring(rt, {R, HV, L, V}, dev), k_ring(rt, {R, H, L, K}, dev), g_ring(DType::f32, {R, HV, L}, dev);
   Buffer cursor = index_buffer(std::vector<int32_t>(size_t(R), 0), dev);
-  Buffer slots = index_buffer(shuffled_slots(R, rng), dev);
+  const std::vector<int32_t> slot_ids = shuffled_slots(R, rng);
+  Buffer slots = index_buffer(slot_ids, dev);
   const GdnLayer layer(g, at, R, dev, rng);
   Buffer out_c(at, {R, HV, V}, dev), out_r(at, {R, HV, V}, dev);
   const gdn::Weights w = layer.weights();
+  auto classic = [&](int step, const Buffer& s) {
+    gdn::decode({g, layer.inputs(step), w, state.view(), s.view(), out_c.view()});
+  };
+  auto replay = [&](int step, const Buffer& s) {
+    gdn::replay_decode({g, layer.inputs(step), w,
+                        {ckpt.view(), d_ring.view(), k_ring.view(), g_ring.view(), cursor.view()}, s.view(),
+                        out_r.view()});
+    advance_cursors(cursor.view(), s.view(), L);
+  };
+  if (o.stagger)
+    for (const auto& ids : stagger_warmup(slot_ids, L)) {
+      const Buffer s = index_buffer(ids, dev);
+      classic(0, s);
+      replay(0, s);
+    }
   Report rep;
   rep.classic.dev = rep.replay.dev = dev;
   for (int step = 0; step < o.steps; ++step) {
-    const gdn::TokenInputs in = layer.inputs(step);
-    rep.classic.run([&] { gdn::decode({g, in, w, state.view(), slots.view(), out_c.view()}); });
-    gdn::ReplayDecodeArgs ra{g, in, w, {ckpt.view(), d_ring.view(), k_ring.view(), g_ring.view(), cursor.view()},
-                             slots.view(), out_r.view()};
-    rep.replay.run([&] {
-      gdn::replay_decode(ra);
-      advance_cursors(cursor.view(), slots.view(), L);
-    });
+    rep.classic.run([&] { classic(step, slots); });
+    rep.replay.run([&] { replay(step, slots); });
     rep.max_rel = std::max(rep.max_rel, rel_l2(out_r.download(), out_c.download()));
     progress(o, step);
   }
@@ -156,6 +185,9 @@ void register_demo(CLI::App& app) {
       ->capture_default_str()->check(CLI::IsMember({0, 2, 3, 4, 5, 6, 7, 8}));
   cmd->add_option("--history", o->history, "Speculative mode: committed tokens the ring holds before an early flush")
       ->capture_default_str()->check(CLI::Range(1, 56));
+  cmd->add_flag("--stagger", o->stagger,
+               "Plain decode: rows start spread over the ring's fill levels (as requests in a serving batch do), so "
+               "each step flushes about batch / L rows instead of every row every L-th step");
   cmd->add_option("--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Random seed of the inputs")->capture_default_str();
   cmd->add_flag("--quiet", o->quiet, "No progress line");

@@ -21,6 +21,7 @@ struct DemoOptions {
   int batch = 8, steps = 256, ring = 16, tp = 1, threads = 0;
   std::string state = "float32", act = "bfloat16", ring_dtype = "float32", backend = "auto", route = "output_only";
   int window = 0, history = 16;  // window >= 2: the speculative demo (verify + commit vs the classic spec path)
+  bool stagger = false;          // plain demo: rows start spread over the ring's fill levels, as in serving
   uint64_t seed = 1;
   bool quiet = false;
 };
@@ -77,6 +78,21 @@ inline std::vector<int32_t> shuffled_slots(int batch, std::mt19937_64& rng) {
   std::iota(s.begin(), s.end(), 0);
   std::shuffle(s.begin(), s.end(), rng);
   return s;
+}
+
+// Warm-up slot lists that leave row i at ring fill (i L) / R when every row starts at 0: step j runs the rows whose
+// target fill is above j and pads the others (-1). Requests in a serving batch arrive at different times, so their
+// cursors are spread like this, and each step flushes about R / L rows instead of all rows every L-th step.
+inline std::vector<std::vector<int32_t>> stagger_warmup(const std::vector<int32_t>& slots, int L) {
+  const int R = int(slots.size());
+  std::vector<std::vector<int32_t>> steps;
+  for (int j = 0; j + 1 < L; ++j) {
+    std::vector<int32_t> s(slots);
+    for (int i = 0; i < R; ++i)
+      if (int64_t(i) * L / R <= j) s[size_t(i)] = -1;
+    steps.push_back(std::move(s));
+  }
+  return steps;
 }
 
 // An int32 buffer holding v (shape {v.size()} unless given).
