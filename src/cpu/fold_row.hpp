@@ -22,10 +22,14 @@ typedef float v8f __attribute__((vector_size(32)));
 inline v8f load8(const float* p) { v8f v; std::memcpy(&v, p, sizeof v); return v; }
 inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
 
+// fold_row_avx512.cpp: the float fold with 512-bit vectors, and whether to use it (the CPU has AVX-512F and
+// REPLAYSSM_CPU_AVX512 is not "0"; read once per process).
+void fold_row_avx512(float* srow, float total, const float* f, const float* B, int nt, int N);
+bool cpu_avx512_fold();
+
 // The float version keeps a 32-column block in four 8-wide vector registers across the whole k loop (one B load
 // + FMA per vector).
-template <>
-inline void fold_row<float>(float* srow, float total, const float* f, const float* B, int nt, int N) {
+inline void fold_row_avx2(float* srow, float total, const float* f, const float* B, int nt, int N) {
   int n0 = 0;
   for (; n0 + 32 <= N; n0 += 32) {
     v8f a0 = total * load8(srow + n0), a1 = total * load8(srow + n0 + 8);
@@ -42,6 +46,12 @@ inline void fold_row<float>(float* srow, float total, const float* f, const floa
     for (int k = 0; k < nt; ++k) a += f[k] * B[size_t(k) * N + n];
     srow[n] = a;
   }
+}
+
+template <>
+inline void fold_row<float>(float* srow, float total, const float* f, const float* B, int nt, int N) {
+  if (cpu_avx512_fold()) fold_row_avx512(srow, total, f, B, nt, N);
+  else fold_row_avx2(srow, total, f, B, nt, N);
 }
 
 }  // namespace replayssm::cpu
