@@ -62,6 +62,29 @@ void print_report(const char* what, const DemoOptions& o, Device dev, Report& r,
               c / p, r.classic_bytes.total() / r.replay_bytes.total(), r.max_rel, r.max_rel <= tol ? "ok" : "MISMATCH", tol);
 }
 
+// Both families' step loop: with --stagger, the warm-up steps that spread the rows over the ring (untimed); then
+// o.steps timed steps of each path, classic(step, slots) and replay(step, slots), outputs compared after each.
+template <class Classic, class Replay>
+Report run_steps(const DemoOptions& o, Device dev, const std::vector<int32_t>& slot_ids, Classic classic, Replay replay,
+                 Buffer& out_c, Buffer& out_r) {
+  if (o.stagger)
+    for (const auto& ids : stagger_warmup(slot_ids, o.ring)) {
+      const Buffer s = index_buffer(ids, dev);
+      classic(0, s);
+      replay(0, s);
+    }
+  const Buffer slots = index_buffer(slot_ids, dev);
+  Report rep;
+  rep.classic.dev = rep.replay.dev = dev;
+  for (int step = 0; step < o.steps; ++step) {
+    rep.classic.run([&] { classic(step, slots); });
+    rep.replay.run([&] { replay(step, slots); });
+    rep.max_rel = std::max(rep.max_rel, rel_l2(out_r.download(), out_c.download()));
+    progress(o, step);
+  }
+  return rep;
+}
+
 int run_mamba2(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   const Mamba2Geometry g = find_mamba2_preset(o.model).geo.shard(o.tp);
   const DType st = parse_dtype(o.state, "--state-dtype"), at = parse_dtype(o.act, "--act-dtype");
@@ -73,7 +96,6 @@ int run_mamba2(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   Buffer x_ring(at, {R, H, L, P}, dev), dt_ring(DType::f32, {R, H, L}, dev), B_ring(at, {R, G, L, N}, dev);
   Buffer cursor = index_buffer(std::vector<int32_t>(size_t(R), 0), dev);
   const std::vector<int32_t> slot_ids = shuffled_slots(R, rng);
-  Buffer slots = index_buffer(slot_ids, dev);
   const Mamba2Layer layer(g, at, R, dev, rng);
   Buffer out_c(at, {R, H, P}, dev), out_r(at, {R, H, P}, dev);
   const mamba2::Weights w = layer.weights();
@@ -87,20 +109,7 @@ int run_mamba2(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
                            out_r.view(), route});
     advance_cursors(cursor.view(), s.view(), L);
   };
-  if (o.stagger)
-    for (const auto& ids : stagger_warmup(slot_ids, L)) {
-      const Buffer s = index_buffer(ids, dev);
-      classic(0, s);
-      replay(0, s);
-    }
-  Report rep;
-  rep.classic.dev = rep.replay.dev = dev;
-  for (int step = 0; step < o.steps; ++step) {
-    rep.classic.run([&] { classic(step, slots); });
-    rep.replay.run([&] { replay(step, slots); });
-    rep.max_rel = std::max(rep.max_rel, rel_l2(out_r.download(), out_c.download()));
-    progress(o, step);
-  }
+  Report rep = run_steps(o, dev, slot_ids, classic, replay, out_c, out_r);
   const DtypePair t{st, at, at};
   rep.classic_bytes = mamba2_classic_step_bytes(g, R, t);
   rep.replay_bytes = mamba2_replay_cycle_bytes(g, R, L, t);
@@ -121,7 +130,6 @@ int run_gdn(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   Buffer d_ring(rt, {R, HV, L, V}, dev), k_ring(rt, {R, H, L, K}, dev), g_ring(DType::f32, {R, HV, L}, dev);
   Buffer cursor = index_buffer(std::vector<int32_t>(size_t(R), 0), dev);
   const std::vector<int32_t> slot_ids = shuffled_slots(R, rng);
-  Buffer slots = index_buffer(slot_ids, dev);
   const GdnLayer layer(g, at, R, dev, rng);
   Buffer out_c(at, {R, HV, V}, dev), out_r(at, {R, HV, V}, dev);
   const gdn::Weights w = layer.weights();
@@ -134,20 +142,7 @@ int run_gdn(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
                         out_r.view()});
     advance_cursors(cursor.view(), s.view(), L);
   };
-  if (o.stagger)
-    for (const auto& ids : stagger_warmup(slot_ids, L)) {
-      const Buffer s = index_buffer(ids, dev);
-      classic(0, s);
-      replay(0, s);
-    }
-  Report rep;
-  rep.classic.dev = rep.replay.dev = dev;
-  for (int step = 0; step < o.steps; ++step) {
-    rep.classic.run([&] { classic(step, slots); });
-    rep.replay.run([&] { replay(step, slots); });
-    rep.max_rel = std::max(rep.max_rel, rel_l2(out_r.download(), out_c.download()));
-    progress(o, step);
-  }
+  Report rep = run_steps(o, dev, slot_ids, classic, replay, out_c, out_r);
   const DtypePair t{st, at, rt};
   rep.classic_bytes = gdn_classic_step_bytes(g, R, t);
   rep.replay_bytes = gdn_replay_cycle_bytes(g, R, L, t);
