@@ -29,8 +29,10 @@ StepBytes mamba2_replay_step_bytes(const Mamba2Geometry& g, int rows, int L, int
 // Average over one full cycle w = 0..L-1 (what a long decode pays per step).
 StepBytes mamba2_replay_cycle_bytes(const Mamba2Geometry& g, int rows, int L, DtypePair t, bool with_gate = false);
 
-StepBytes gdn_classic_step_bytes(const GdnGeometry& g, int rows, DtypePair t);
-StepBytes gdn_replay_step_bytes(const GdnGeometry& g, int rows, int L, int w, DtypePair t);
-StepBytes gdn_replay_cycle_bytes(const GdnGeometry& g, int rows, int L, DtypePair t);
+// GDN; gate_width = 1 for per-head decay gates, head_k_dim for per-channel gates (a, dt_bias and the g ring hold one
+// value per key channel).
+StepBytes gdn_classic_step_bytes(const GdnGeometry& g, int rows, DtypePair t, int gate_width = 1);
+StepBytes gdn_replay_step_bytes(const GdnGeometry& g, int rows, int L, int w, DtypePair t, int gate_width = 1);
+StepBytes gdn_replay_cycle_bytes(const GdnGeometry& g, int rows, int L, DtypePair t, int gate_width = 1);
 
 }  // namespace replayssm

@@ -49,39 +49,40 @@ StepBytes mamba2_replay_cycle_bytes(const Mamba2Geometry& g, int rows, int L, Dt
   return sum.scaled(1.0 / L);
 }
 
-static double gdn_io(const GdnGeometry& g, int rows, DtypePair t) {
+static double gdn_io(const GdnGeometry& g, int rows, DtypePair t, int gw) {
   const double a = dtype_size(t.act);
   const double per_row = 2.0 * g.k_heads * g.head_k_dim * a /*q, k*/ + double(g.v_heads) * g.head_v_dim * a /*v*/ +
-                         2.0 * g.v_heads * a /*a, b*/ + double(g.v_heads) * g.head_v_dim * a /*out*/ + 4.0;
-  return rows * per_row + 2.0 * 4 * g.v_heads;
+                         (1.0 + gw) * g.v_heads * a /*a, b*/ + double(g.v_heads) * g.head_v_dim * a /*out*/ + 4.0;
+  return rows * per_row + (1.0 + gw) * 4 * g.v_heads;  // A_log, dt_bias
 }
 
-StepBytes gdn_classic_step_bytes(const GdnGeometry& g, int rows, DtypePair t) {
+StepBytes gdn_classic_step_bytes(const GdnGeometry& g, int rows, DtypePair t, int gate_width) {
   StepBytes b;
   const double S = double(rows) * g.v_heads * g.head_v_dim * g.head_k_dim * dtype_size(t.state);
   b.state_read = S;
   b.state_write = S;
-  b.io = gdn_io(g, rows, t);
+  b.io = gdn_io(g, rows, t, gate_width);
   return b;
 }
 
-StepBytes gdn_replay_step_bytes(const GdnGeometry& g, int rows, int L, int w, DtypePair t) {
+StepBytes gdn_replay_step_bytes(const GdnGeometry& g, int rows, int L, int w, DtypePair t, int gate_width) {
   StepBytes b;
   const double r = dtype_size(t.ring);
   const double S = double(rows) * g.v_heads * g.head_v_dim * g.head_k_dim * dtype_size(t.state);
-  const double entry = double(g.v_heads) * g.head_v_dim * r + double(g.k_heads) * g.head_k_dim * r + 4.0 * g.v_heads;
+  const double entry =
+      double(g.v_heads) * g.head_v_dim * r + double(g.k_heads) * g.head_k_dim * r + 4.0 * g.v_heads * gate_width;
   const bool flush = (w == L - 1);
   b.state_read = S;
   b.state_write = flush ? S : 0;
   b.ring_read = double(rows) * w * entry;
   b.ring_write = flush ? 0 : double(rows) * entry;
-  b.io = gdn_io(g, rows, t) + 4.0 * rows;
+  b.io = gdn_io(g, rows, t, gate_width) + 4.0 * rows;
   return b;
 }
 
-StepBytes gdn_replay_cycle_bytes(const GdnGeometry& g, int rows, int L, DtypePair t) {
+StepBytes gdn_replay_cycle_bytes(const GdnGeometry& g, int rows, int L, DtypePair t, int gate_width) {
   StepBytes sum;
-  for (int w = 0; w < L; ++w) sum += gdn_replay_step_bytes(g, rows, L, w, t);
+  for (int w = 0; w < L; ++w) sum += gdn_replay_step_bytes(g, rows, L, w, t, gate_width);
   return sum.scaled(1.0 / L);
 }
 

@@ -8,6 +8,7 @@
 
 #include "cpu/fold_row.hpp"
 #include "cpu/rows.hpp"
+#include "cpu/simd_math.hpp"
 #include "params/gdn_params.hpp"
 #include "replayssm/dtype.hpp"
 
@@ -134,9 +135,19 @@ template <class T>
 inline void decay_history_per_channel(T* G, T* kh, T* tot, int w, int K) {
   for (int c = 1; c < w; ++c)
     for (int e = 0; e < K; ++e) G[size_t(c) * K + e] += G[size_t(c - 1) * K + e];
-  for (int e = 0; e < K; ++e) tot[e] = std::exp(w > 0 ? G[size_t(w - 1) * K + e] : T(0));
-  for (int c = 0; c < w; ++c)
-    for (int e = 0; e < K; ++e) kh[size_t(c) * K + e] *= std::exp(G[size_t(w - 1) * K + e] - G[size_t(c) * K + e]);
+  if (w == 0) {
+    for (int e = 0; e < K; ++e) tot[e] = T(1);
+    return;
+  }
+  const T* Gl = G + size_t(w - 1) * K;
+#pragma omp simd
+  for (int e = 0; e < K; ++e) tot[e] = std::exp(Gl[e]);
+  for (int c = 0; c < w; ++c) {
+    T* kc = kh + size_t(c) * K;
+    const T* Gc = G + size_t(c) * K;
+#pragma omp simd
+    for (int e = 0; e < K; ++e) kc[e] *= std::exp(Gl[e] - Gc[e]);
+  }
 }
 
 // Row i of the state after the history, per-head gates: s = tot S0[i, :] + sum_{c<w} om_c dh_c[i] kh_c (the

@@ -104,6 +104,7 @@ void run_per_channel(const GdnReplayParams& P) {
         const int h = hv / vpk;
         const TokenPrep<T> t = prep_token<T>(p, r, hv, q.data(), k.data(), v.data(), gt.data());
         const T kq = dot(k.data(), q.data(), K);
+#pragma omp simd
         for (int c = 0; c < K; ++c) {
           al[c] = std::exp(gt[c]);
           qa[c] = al[c] * q[c];

@@ -184,8 +184,10 @@ void run_per_channel(const GdnVerifyParams& P) {
           T* gj = &gw[size_t(j) * K];
           const TokenPrep<T> tp = prep_token<T>(p, t0 + j, hv, &qw[size_t(j) * K], &kw[size_t(j) * K], &vw[size_t(j) * V], gj);
           beta[j] = tp.beta;
+          const T* prev = j > 0 ? &gam[size_t(j - 1) * K] : nullptr;
+#pragma omp simd
           for (int e = 0; e < K; ++e) {
-            gam[size_t(j) * K + e] = gj[e] + (j > 0 ? gam[size_t(j - 1) * K + e] : T(0));
+            gam[size_t(j) * K + e] = gj[e] + (prev ? prev[e] : T(0));
             const T x = std::exp(gam[size_t(j) * K + e]);
             eq[size_t(j) * K + e] = x * qw[size_t(j) * K + e];
             ek[size_t(j) * K + e] = x * kw[size_t(j) * K + e];
@@ -223,6 +225,7 @@ void run_per_channel(const GdnVerifyParams& P) {
         for (int a = 0; a < n; ++a)
           for (int j = 0; j <= a; ++j) {
             T kk = 0, kq = 0;
+#pragma omp simd reduction(+ : kk, kq)
             for (int e = 0; e < K; ++e) {
               const T x = kw[size_t(j) * K + e] * std::exp(gam[size_t(a) * K + e] - gam[size_t(j) * K + e]);
               kk += x * kw[size_t(a) * K + e];

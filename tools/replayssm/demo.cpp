@@ -123,14 +123,17 @@ int run_gdn(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   const DType st = parse_dtype(o.state, "--state-dtype"), at = parse_dtype(o.act, "--act-dtype");
   const DType rt = parse_dtype(o.ring_dtype, "--ring-dtype");
   const int R = o.batch, H = g.k_heads, HV = g.v_heads, K = g.head_k_dim, V = g.head_v_dim, L = o.ring;
+  const bool per_channel = o.gates == "per-channel";
+  const int gw = per_channel ? K : 1;  // log-decays per ring position
   Buffer state(st, {R, HV, V, K}, dev), ckpt(st, {R, HV, V, K}, dev);
   state.fill_uniform(rng, -0.2, 0.2);
   ckpt.host() = state.host();
   ckpt.upload();
-  Buffer d_ring(rt, {R, HV, L, V}, dev), k_ring(rt, {R, H, L, K}, dev), g_ring(DType::f32, {R, HV, L}, dev);
+  Buffer d_ring(rt, {R, HV, L, V}, dev), k_ring(rt, {R, H, L, K}, dev);
+  Buffer g_ring(DType::f32, per_channel ? std::vector<int64_t>{R, HV, L, K} : std::vector<int64_t>{R, HV, L}, dev);
   Buffer cursor = index_buffer(std::vector<int32_t>(size_t(R), 0), dev);
   const std::vector<int32_t> slot_ids = shuffled_slots(R, rng);
-  const GdnLayer layer(g, at, R, dev, rng);
+  const GdnLayer layer(g, at, R, dev, rng, per_channel);
   Buffer out_c(at, {R, HV, V}, dev), out_r(at, {R, HV, V}, dev);
   const gdn::Weights w = layer.weights();
   auto classic = [&](int step, const Buffer& s) {
@@ -144,11 +147,12 @@ int run_gdn(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   };
   Report rep = run_steps(o, dev, slot_ids, classic, replay, out_c, out_r);
   const DtypePair t{st, at, rt};
-  rep.classic_bytes = gdn_classic_step_bytes(g, R, t);
-  rep.replay_bytes = gdn_replay_cycle_bytes(g, R, L, t);
+  rep.classic_bytes = gdn_classic_step_bytes(g, R, t, gw);
+  rep.replay_bytes = gdn_replay_cycle_bytes(g, R, L, t, gw);
   const bool exact = st == DType::f32 && at == DType::f32 && rt == DType::f32;
   const double tol = exact ? 1e-4 : (st == DType::f32 && rt == DType::f32 ? 1e-2 : 5e-2);
-  print_report(("GDN " + std::string(o.model) + " " + g.to_string()).c_str(), o, dev, rep, tol);
+  print_report(("GDN " + std::string(o.model) + " " + g.to_string() + (per_channel ? ", per-channel gates" : "")).c_str(),
+               o, dev, rep, tol);
   return rep.max_rel <= tol ? 0 : 1;
 }
 
@@ -170,6 +174,10 @@ void register_demo(CLI::App& app) {
   cmd->add_option("--state-dtype", o->state, "State dtype: float32, bfloat16, float16")->capture_default_str();
   cmd->add_option("--act-dtype", o->act, "Activation dtype: float32, bfloat16, float16")->capture_default_str();
   cmd->add_option("--ring-dtype", o->ring_dtype, "GDN only: dtype of the d/k rings (float32 or the activation dtype)")->capture_default_str();
+  cmd->add_option("--gates", o->gates,
+                  "GDN decay gates: per-head (Qwen3.5), or per-channel (one per key channel, the Kimi Delta Attention "
+                  "form; CPU backend)")
+      ->capture_default_str()->check(CLI::IsMember({"per-head", "per-channel"}));
   cmd->add_option("--route", o->route, "Mamba-2 ReplaySSM route: output_only or state_and_output")
       ->capture_default_str()->check(CLI::IsMember({"output_only", "state_and_output"}));
   cmd->add_option("--backend", o->backend, "auto (CUDA when a GPU is present, else CPU), cpu or cuda")
@@ -194,6 +202,8 @@ void register_demo(CLI::App& app) {
       // L = 8 measured fastest for these models on the H200 (docs/results.md); the CPU keeps 16.
       if (cmd->count("--ring") == 0) o->ring = 8;
     }
+    if (o->gates == "per-channel" && dev.type == DeviceType::cuda)
+      throw Error("--gates", "per-channel gates run on the CPU backend only; add --backend cpu");
 #if defined(_OPENMP)
     if (o->threads > 0) omp_set_num_threads(o->threads);
 #endif

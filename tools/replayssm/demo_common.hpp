@@ -20,6 +20,7 @@ struct DemoOptions {
   std::string model = "nemotron3-nano-4b";
   int batch = 8, steps = 256, ring = 16, tp = 1, threads = 0;
   std::string state = "float32", act = "bfloat16", ring_dtype = "float32", backend = "auto", route = "output_only";
+  std::string gates = "per-head";  // GDN: per-head decay gates, or per-channel (the Kimi Delta Attention form)
   int window = 0, history = 16;  // window >= 2: the speculative demo (verify + commit vs the classic spec path)
   bool stagger = false;          // plain demo: rows start spread over the ring's fill levels, as in serving
   uint64_t seed = 1;
@@ -133,19 +134,23 @@ struct Mamba2Layer {
   }
 };
 
+// per_channel: decay gates per key channel (a [tokens, HV, K], dt_bias [HV, K]; CPU backend only).
 struct GdnLayer {
   static constexpr int kSets = 4;
   Buffer A_log, dt_bias;
   std::vector<Buffer> q, k, v, a, b;
-  GdnLayer(const GdnGeometry& g, DType at, int64_t tokens, Device dev, std::mt19937_64& rng)
-      : A_log(DType::f32, {g.v_heads}, dev), dt_bias(DType::f32, {g.v_heads}, dev) {
+  GdnLayer(const GdnGeometry& g, DType at, int64_t tokens, Device dev, std::mt19937_64& rng, bool per_channel = false)
+      : A_log(DType::f32, {g.v_heads}, dev),
+        dt_bias(DType::f32, per_channel ? std::vector<int64_t>{g.v_heads, g.head_k_dim} : std::vector<int64_t>{g.v_heads},
+                dev) {
     A_log.fill_uniform(rng, -1.0, 1.0);
     dt_bias.fill_uniform(rng, -2.0, 0.0);
     for (int s = 0; s < kSets; ++s) {
       q.emplace_back(at, std::vector<int64_t>{tokens, g.k_heads, g.head_k_dim}, dev);
       k.emplace_back(at, std::vector<int64_t>{tokens, g.k_heads, g.head_k_dim}, dev);
       v.emplace_back(at, std::vector<int64_t>{tokens, g.v_heads, g.head_v_dim}, dev);
-      a.emplace_back(at, std::vector<int64_t>{tokens, g.v_heads}, dev);
+      a.emplace_back(at, per_channel ? std::vector<int64_t>{tokens, g.v_heads, g.head_k_dim}
+                                     : std::vector<int64_t>{tokens, g.v_heads}, dev);
       b.emplace_back(at, std::vector<int64_t>{tokens, g.v_heads}, dev);
       q.back().fill_uniform(rng, -1, 1);
       k.back().fill_uniform(rng, -1, 1);

@@ -129,9 +129,12 @@ int run_gdn_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   const int RL = spec.ring_len();
   Buffer ckpt(st, {R, HV, V, K}, dev), pool(st, {int64_t(R) * T, HV, V, K}, dev);
   seed_states(ckpt, pool, R, T, rng);
-  Buffer d_ring(rt, {R, HV, RL, V}, dev), k_ring(rt, {R, H, RL, K}, dev), g_ring(DType::f32, {R, HV, RL}, dev);
+  const bool per_channel = o.gates == "per-channel";
+  const int gw = per_channel ? K : 1;  // log-decays per ring position
+  Buffer d_ring(rt, {R, HV, RL, V}, dev), k_ring(rt, {R, H, RL, K}, dev);
+  Buffer g_ring(DType::f32, per_channel ? std::vector<int64_t>{R, HV, RL, K} : std::vector<int64_t>{R, HV, RL}, dev);
   SpecIndices ix(R, T, dev, rng);
-  const GdnLayer layer(g, at, NT, dev, rng);
+  const GdnLayer layer(g, at, NT, dev, rng, per_channel);
   Buffer out_c(at, {NT, HV, V}, dev), out_r(at, {NT, HV, V}, dev);
   const gdn::Weights w = layer.weights();
   SpecReport rep;
@@ -154,8 +157,9 @@ int run_gdn_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   const double state_mb = double(HV) * V * K * dtype_size(st) / 1e6;
   rep.classic_state_mb = T * state_mb;
   rep.replay_state_mb =
-      state_mb + (double(HV) * RL * V * dtype_size(rt) + double(H) * RL * K * dtype_size(rt) + double(HV) * RL * 4 + 8) / 1e6;
-  return print_spec_report("GDN " + std::string(o.model) + " " + g.to_string() + ", speculative", o, dev, rep,
+      state_mb + (double(HV) * RL * V * dtype_size(rt) + double(H) * RL * K * dtype_size(rt) + double(HV) * RL * 4 * gw + 8) / 1e6;
+  return print_spec_report("GDN " + std::string(o.model) + " " + g.to_string() +
+                               (per_channel ? ", per-channel gates" : "") + ", speculative", o, dev, rep,
                            output_tol(st, at, rt));
 }
 
