@@ -35,7 +35,9 @@ void run(const GdnClassicSpecParams& P) {
         for (int a = 0; a < n; ++a) {
           const TokenPrep<T> t = prep_token<T>(p, t0 + a, hv, q.data(), k.data(), v.data(), al.data());
           if (p.gate_per_channel) {
-            for (int c = 0; c < K; ++c) al[c] = std::exp(al[c]);
+            T* a = al.data();  // vector exps (cpu/simd_math.hpp)
+#pragma omp simd
+            for (int c = 0; c < K; ++c) a[c] = std::exp(a[c]);
             for (int i = 0; i < V; ++i)
               o[i] = step_row_per_channel(&Sp[size_t(i) * K], al.data(), k.data(), q.data(), t.beta, v[i], K);
           } else {

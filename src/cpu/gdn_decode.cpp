@@ -28,7 +28,9 @@ void run(const GdnStepParams& p) {
         const TokenPrep<T> t = prep_token<T>(p, r, hv, q.data(), k.data(), v.data(), al.data());
         void* S = at(p.state, p.state_dtype, slot * p.state_slot + int64_t(hv) * V * K);
         if (p.gate_per_channel) {
-          for (int c = 0; c < K; ++c) al[c] = std::exp(al[c]);
+          T* a = al.data();  // vector exps (cpu/simd_math.hpp)
+#pragma omp simd
+          for (int c = 0; c < K; ++c) a[c] = std::exp(a[c]);
           for (int i = 0; i < V; ++i) {
             void* row = at(S, p.state_dtype, int64_t(i) * K);
             load_row<T>(row, p.state_dtype, K, s.data());
