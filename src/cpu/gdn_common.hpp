@@ -72,6 +72,7 @@ inline void axpy(T alpha, const T* x, T* y, int n) {  // y += alpha x
 
 template <class T>
 inline T softplus20(T x) { return x > T(20) ? x : T(std::log1p(std::exp(x))); }
+inline constexpr int kSoftplusBlock = 64;  // per-channel gates: channels per vector softplus pass
 
 // One token's per-v-head quantities, computed in T.
 template <class T>
@@ -102,10 +103,22 @@ inline TokenPrep<T> prep_token(const GdnStepParams& p, int64_t tok, int hv, T* q
   t.beta = T(1) / (T(1) + std::exp(-b));  // not rounded to b's dtype (see gdn.hpp)
   if (p.gate_per_channel) {
     const T neg_A = -std::exp(A_log);
-    for (int c = 0; c < K; ++c) {
-      const T a = load_one<T>(p.a, p.a_dtype, tok * p.a_tok + hv * p.a_head + c * p.a_chan);
-      const T bias = load_one<T>(p.dt_bias, p.w_dtype, hv * p.dt_bias_stride + c * p.dt_bias_chan);
-      gch[c] = neg_A * softplus20(a + bias);
+    for (int c = 0; c < K; ++c)  // a and dt_bias may have any channel stride: gathered one by one
+      gch[c] = load_one<T>(p.a, p.a_dtype, tok * p.a_tok + hv * p.a_head + c * p.a_chan) +
+               load_one<T>(p.dt_bias, p.w_dtype, hv * p.dt_bias_stride + c * p.dt_bias_chan);
+    // softplus20 in vector passes: GCC vectorises a loop that calls the vector exp / log1p only when it has no select
+    // in it, so the clamp, exp, log1p and the final select are separate loops (over <= kSoftplusBlock channels, in L1).
+    T e[kSoftplusBlock];
+    for (int c0 = 0; c0 < K; c0 += kSoftplusBlock) {
+      const int n = K - c0 < kSoftplusBlock ? K - c0 : kSoftplusBlock;
+      T* u = gch + c0;
+      for (int c = 0; c < n; ++c) e[c] = u[c] > T(20) ? T(0) : u[c];
+#pragma omp simd
+      for (int c = 0; c < n; ++c) e[c] = std::exp(e[c]);
+#pragma omp simd
+      for (int c = 0; c < n; ++c) e[c] = log1p_any(e[c]);
+#pragma omp simd
+      for (int c = 0; c < n; ++c) u[c] = neg_A * (u[c] > T(20) ? u[c] : e[c]);
     }
     return t;
   }
