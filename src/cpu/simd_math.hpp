@@ -1,8 +1,8 @@
-// Lets the vectoriser call glibc's vector expf and log1pf (libmvec, linked through libm) in loops of std::exp over floats, 8 lanes
-// at a time. glibc declares these variants only under -ffast-math, which the library is not built with (it would
-// change NaN and rounding behaviour everywhere), so the one declaration is repeated here; elsewhere it is a no-op.
-// libmvec's expf and log1pf are within 4 ulp. Used where a loop's exps are its cost: the per-channel GDN history decays
-// (w x K per step and head) and the per-channel gates' softplus.
+// Lets the vectoriser call glibc's vector expf and log1pf (libmvec, linked through libm): `#pragma omp simd` loops of
+// std::exp / log1p_any over floats then run 8 lanes at a time. glibc declares these variants only under -ffast-math,
+// which the library is not built with (it would change NaN and rounding behaviour everywhere), so the declarations are
+// repeated here; elsewhere this is a no-op. libmvec's expf and log1pf are within 4 ulp. Used where a loop's
+// transcendentals are its cost: the per-channel GDN history decays (w x K per step and head) and gate softplus.
 #pragma once
 #include <cmath>
 
