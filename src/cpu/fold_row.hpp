@@ -9,13 +9,19 @@
 
 namespace replayssm::cpu {
 
+// Columns n0 .. N-1 one at a time: the generic fold, and the vector forms' column tails.
 template <class T>
-inline void fold_row(T* srow, T total, const T* f, const T* B, int nt, int N) {
-  for (int n = 0; n < N; ++n) {
+inline void fold_cols(T* srow, T total, const T* f, const T* B, int nt, int N, int n0) {
+  for (int n = n0; n < N; ++n) {
     T a = total * srow[n];
     for (int k = 0; k < nt; ++k) a += f[k] * B[size_t(k) * N + n];
     srow[n] = a;
   }
+}
+
+template <class T>
+inline void fold_row(T* srow, T total, const T* f, const T* B, int nt, int N) {
+  fold_cols(srow, total, f, B, nt, N, 0);
 }
 
 typedef float v8f __attribute__((vector_size(32)));
@@ -41,11 +47,7 @@ inline void fold_row_avx2(float* srow, float total, const float* f, const float*
     }
     store8(srow + n0, a0); store8(srow + n0 + 8, a1); store8(srow + n0 + 16, a2); store8(srow + n0 + 24, a3);
   }
-  for (int n = n0; n < N; ++n) {
-    float a = total * srow[n];
-    for (int k = 0; k < nt; ++k) a += f[k] * B[size_t(k) * N + n];
-    srow[n] = a;
-  }
+  fold_cols(srow, total, f, B, nt, N, n0);
 }
 
 template <>

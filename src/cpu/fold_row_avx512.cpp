@@ -41,11 +41,7 @@ __attribute__((target("avx512f"))) void fold_row_avx512(float* srow, float total
     for (int k = 0; k < nt; ++k) a = _mm512_fmadd_ps(_mm512_set1_ps(f[k]), _mm512_loadu_ps(B + size_t(k) * N + n0), a);
     _mm512_storeu_ps(srow + n0, a);
   }
-  for (int n = n0; n < N; ++n) {
-    float a = total * srow[n];
-    for (int k = 0; k < nt; ++k) a += f[k] * B[size_t(k) * N + n];
-    srow[n] = a;
-  }
+  fold_cols(srow, total, f, B, nt, N, n0);
 }
 
 static bool detect_avx512() {

@@ -73,8 +73,10 @@ void run(const GdnReplayParams& P) {
           for (int i = 0; i < V; ++i) {
             T* si = s.data();
             fold_row_per_head(S0, p.state_dtype, tot, om.data(), dh.data(), kh.data(), w, V, K, i, fc.data(), si);
-            const T di = t.beta * (v[i] - t.alpha * dot(si, k.data(), K));
-            o[i] = t.alpha * dot(si, q.data(), K) + di * kq;
+            T sk, sq;
+            dot2(si, k.data(), q.data(), K, sk, sq);  // one pass over the folded row
+            const T di = t.beta * (v[i] - t.alpha * sk);
+            o[i] = t.alpha * sq + di * kq;
 #pragma omp simd
             for (int c = 0; c < K; ++c) si[c] = t.alpha * si[c] + di * k[c];
             store_row<T>(at(S0, p.state_dtype, int64_t(i) * K), p.state_dtype, K, si);
