@@ -113,7 +113,7 @@ int run_mamba2(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   const DtypePair t{st, at, at};
   rep.classic_bytes = mamba2_classic_step_bytes(g, R, t);
   rep.replay_bytes = mamba2_replay_cycle_bytes(g, R, L, t);
-  const double tol = (st == DType::f32 && at == DType::f32) ? 1e-4 : (st == DType::f32 ? 1e-2 : 5e-2);
+  const double tol = output_tol(st, at, DType::f32);
   print_report(("Mamba-2 " + std::string(o.model) + " " + g.to_string()).c_str(), o, dev, rep, tol);
   return rep.max_rel <= tol ? 0 : 1;
 }
@@ -149,8 +149,7 @@ int run_gdn(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   const DtypePair t{st, at, rt};
   rep.classic_bytes = gdn_classic_step_bytes(g, R, t, gw);
   rep.replay_bytes = gdn_replay_cycle_bytes(g, R, L, t, gw);
-  const bool exact = st == DType::f32 && at == DType::f32 && rt == DType::f32;
-  const double tol = exact ? 1e-4 : (st == DType::f32 && rt == DType::f32 ? 1e-2 : 5e-2);
+  const double tol = output_tol(st, at, rt);
   print_report(("GDN " + std::string(o.model) + " " + g.to_string() + (per_channel ? ", per-channel gates" : "")).c_str(),
                o, dev, rep, tol);
   return rep.max_rel <= tol ? 0 : 1;

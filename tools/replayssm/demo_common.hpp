@@ -36,6 +36,13 @@ inline DType parse_dtype(const std::string& s, const char* arg) {
   throw Error(arg, "unknown dtype '" + s + "' (float32, bfloat16, float16, float64)");
 }
 
+// The largest relative L2 difference the demos accept between ReplaySSM's and the classic path's outputs, by the
+// state / activation / ring dtypes (Mamba-2 rings are always fp32-exact: pass f32).
+inline double output_tol(DType st, DType at, DType rt) {
+  if (st == DType::f32 && at == DType::f32 && rt == DType::f32) return 1e-4;
+  return st == DType::f32 && rt == DType::f32 ? 1e-2 : 5e-2;
+}
+
 // Times one callable per step; keeps every sample for the median.
 struct Timer {
   std::vector<double> us;

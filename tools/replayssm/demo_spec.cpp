@@ -75,9 +75,21 @@ int print_spec_report(const std::string& what, const DemoOptions& o, Device dev,
   return r.max_rel <= tol ? 0 : 1;
 }
 
-double output_tol(DType st, DType at, DType rt) {
-  if (st == DType::f32 && at == DType::f32 && rt == DType::f32) return 1e-4;
-  return st == DType::f32 && rt == DType::f32 ? 1e-2 : 5e-2;
+// Both families' speculative step loop: each step draws accepted counts, then runs classic(step) and replay(step) and
+// compares their outputs.
+template <class Classic, class Replay>
+SpecReport run_spec_steps(const DemoOptions& o, Device dev, SpecIndices& ix, std::mt19937_64& rng, Classic classic,
+                          Replay replay, Buffer& out_c, Buffer& out_r) {
+  SpecReport rep;
+  rep.classic.dev = rep.replay.dev = dev;
+  for (int step = 0; step < o.steps; ++step) {
+    ix.draw(o.window, rng);
+    rep.classic.run([&] { classic(step); });
+    rep.replay.run([&] { replay(step); });
+    rep.max_rel = std::max(rep.max_rel, rel_l2(out_r.download(), out_c.download()));
+    progress(o, step);
+  }
+  return rep;
 }
 
 }  // namespace
@@ -95,23 +107,17 @@ int run_mamba2_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   const Mamba2Layer layer(g, at, NT, dev, rng);
   Buffer out_c(at, {NT, H, P}, dev), out_r(at, {NT, H, P}, dev);
   const mamba2::Weights w = layer.weights();
-  SpecReport rep;
-  rep.classic.dev = rep.replay.dev = dev;
-  for (int step = 0; step < o.steps; ++step) {
-    const mamba2::TokenInputs in = layer.inputs(step);
-    ix.draw(T, rng);
-    rep.classic.run([&] {
-      mamba2::classic_spec_decode(
-          {g, T, in, w, pool.view(), ix.state_indices.view(), ix.accepted_prev.view(), ix.qsl.view(), out_c.view()});
-    });
-    rep.replay.run([&] {
-      mamba2::spec_verify({g, spec, in, w, {ckpt.view(), x_ring.view(), dt_ring.view(), B_ring.view(), ix.cursor.view()},
-                           ix.slots.view(), ix.qsl.view(), out_r.view()});
-      commit_cursors(ix.cursor.view(), ix.slots.view(), ix.accepted_now.view(), ix.qsl.view(), spec);
-    });
-    rep.max_rel = std::max(rep.max_rel, rel_l2(out_r.download(), out_c.download()));
-    progress(o, step);
-  }
+  auto classic = [&](int step) {
+    mamba2::classic_spec_decode({g, T, layer.inputs(step), w, pool.view(), ix.state_indices.view(),
+                                 ix.accepted_prev.view(), ix.qsl.view(), out_c.view()});
+  };
+  auto replay = [&](int step) {
+    mamba2::spec_verify({g, spec, layer.inputs(step), w,
+                         {ckpt.view(), x_ring.view(), dt_ring.view(), B_ring.view(), ix.cursor.view()},
+                         ix.slots.view(), ix.qsl.view(), out_r.view()});
+    commit_cursors(ix.cursor.view(), ix.slots.view(), ix.accepted_now.view(), ix.qsl.view(), spec);
+  };
+  SpecReport rep = run_spec_steps(o, dev, ix, rng, classic, replay, out_c, out_r);
   const double state_mb = double(H) * P * N * dtype_size(st) / 1e6;
   rep.classic_state_mb = T * state_mb;
   rep.replay_state_mb = state_mb + (double(H) * RL * P * dtype_size(at) + double(H) * RL * 4 +
@@ -137,27 +143,21 @@ int run_gdn_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   const GdnLayer layer(g, at, NT, dev, rng, per_channel);
   Buffer out_c(at, {NT, HV, V}, dev), out_r(at, {NT, HV, V}, dev);
   const gdn::Weights w = layer.weights();
-  SpecReport rep;
-  rep.classic.dev = rep.replay.dev = dev;
-  for (int step = 0; step < o.steps; ++step) {
-    const gdn::TokenInputs in = layer.inputs(step);
-    ix.draw(T, rng);
-    rep.classic.run([&] {
-      gdn::classic_spec_decode(
-          {g, T, in, w, pool.view(), ix.state_indices.view(), ix.accepted_prev.view(), ix.qsl.view(), out_c.view()});
-    });
-    rep.replay.run([&] {
-      gdn::spec_verify({g, spec, in, w, {ckpt.view(), d_ring.view(), k_ring.view(), g_ring.view(), ix.cursor.view()},
-                        ix.slots.view(), ix.qsl.view(), out_r.view()});
-      commit_cursors(ix.cursor.view(), ix.slots.view(), ix.accepted_now.view(), ix.qsl.view(), spec);
-    });
-    rep.max_rel = std::max(rep.max_rel, rel_l2(out_r.download(), out_c.download()));
-    progress(o, step);
-  }
+  auto classic = [&](int step) {
+    gdn::classic_spec_decode({g, T, layer.inputs(step), w, pool.view(), ix.state_indices.view(),
+                              ix.accepted_prev.view(), ix.qsl.view(), out_c.view()});
+  };
+  auto replay = [&](int step) {
+    gdn::spec_verify({g, spec, layer.inputs(step), w,
+                      {ckpt.view(), d_ring.view(), k_ring.view(), g_ring.view(), ix.cursor.view()}, ix.slots.view(),
+                      ix.qsl.view(), out_r.view()});
+    commit_cursors(ix.cursor.view(), ix.slots.view(), ix.accepted_now.view(), ix.qsl.view(), spec);
+  };
+  SpecReport rep = run_spec_steps(o, dev, ix, rng, classic, replay, out_c, out_r);
   const double state_mb = double(HV) * V * K * dtype_size(st) / 1e6;
   rep.classic_state_mb = T * state_mb;
-  rep.replay_state_mb =
-      state_mb + (double(HV) * RL * V * dtype_size(rt) + double(H) * RL * K * dtype_size(rt) + double(HV) * RL * 4 * gw + 8) / 1e6;
+  rep.replay_state_mb = state_mb + (double(HV) * RL * V * dtype_size(rt) + double(H) * RL * K * dtype_size(rt) +
+                                    double(HV) * RL * 4 * gw + 8) / 1e6;
   return print_spec_report("GDN " + std::string(o.model) + " " + g.to_string() +
                                (per_channel ? ", per-channel gates" : "") + ", speculative", o, dev, rep,
                            output_tol(st, at, rt));
