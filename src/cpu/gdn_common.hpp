@@ -70,8 +70,6 @@ inline void axpy(T alpha, const T* x, T* y, int n) {  // y += alpha x
   for (int i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
-template <class T>
-inline T softplus20(T x) { return x > T(20) ? x : T(std::log1p(std::exp(x))); }
 inline constexpr int kSoftplusBlock = 64;  // per-channel gates: channels per vector softplus pass
 
 // One token's per-v-head quantities, computed in T.

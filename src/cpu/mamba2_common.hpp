@@ -9,6 +9,7 @@
 
 #include "cpu/fold_row.hpp"
 #include "cpu/rows.hpp"
+#include "cpu/simd_math.hpp"
 #include "params/mamba2_params.hpp"
 #include "replayssm/dtype.hpp"
 
@@ -54,8 +55,6 @@ inline void fold_state_row(const void* Srow, DType sdt, T total, const T* s, con
   fold_row<T>(srow, total, f, Bm, nt, N);
 }
 
-template <class T> inline T softplus(T u) { return u > T(20) ? u : std::log1p(std::exp(u)); }
-
 // Decay factor exp(A * c) with the exponent clamped to <= 0 (the replay paths' rule: a positive
 // exponent can only come from a bad A or overflowing sums and must never amplify the state).
 template <class T> inline T decay(T A, T c) { return std::exp(std::min(A * c, T(0))); }
@@ -75,7 +74,7 @@ template <class T>
 inline T head_delta(const Mamba2StepParams& p, int tok, int h) {
   T u = load_one<T>(p.dt, p.dt_dtype, int64_t(tok) * p.dt_tok + int64_t(h) * p.dt_head);
   if (p.dt_bias) u += T(p.dt_bias[h]);
-  return p.dt_softplus ? softplus(u) : u;
+  return p.dt_softplus ? softplus20(u) : u;
 }
 
 // Token rows of the inputs (element offsets from the base pointers).

@@ -15,4 +15,9 @@ namespace replayssm::cpu {
 // log1p by its C name for float: the vectoriser maps log1pf (not std::log1p's builtin) to the vector variant.
 inline float log1p_any(float x) { return ::log1pf(x); }
 inline double log1p_any(double x) { return std::log1p(x); }
+
+// softplus with the usual cut-off (u > 20: u itself, as torch and the CUDA kernels' softplus20), for Mamba-2's dt and
+// GDN's gates alike.
+template <class T>
+inline T softplus20(T u) { return u > T(20) ? u : T(std::log1p(std::exp(u))); }
 }  // namespace replayssm::cpu
