@@ -1,5 +1,7 @@
 #include "replayssm/buffer.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "replayssm/error.hpp"
@@ -89,6 +91,37 @@ void device_synchronize(Device d) {
 #else
   (void)d;
 #endif
+}
+
+std::vector<double> time_back_to_back(Device d, int n, const std::function<void(int)>& call) {
+  std::vector<double> us(size_t(std::max(n, 0)));
+#if defined(REPLAYSSM_WITH_CUDA)
+  if (d.type == DeviceType::cuda) {
+    std::vector<cudaEvent_t> ev(size_t(n) + 1);
+    for (auto& e : ev) cuda_check(cudaEventCreate(&e), "cudaEventCreate");
+    cuda_check(cudaDeviceSynchronize(), "synchronize");
+    cuda_check(cudaEventRecord(ev[0], nullptr), "cudaEventRecord");
+    for (int i = 0; i < n; ++i) {
+      call(i);
+      cuda_check(cudaEventRecord(ev[size_t(i) + 1], nullptr), "cudaEventRecord");
+    }
+    cuda_check(cudaEventSynchronize(ev[size_t(n)]), "cudaEventSynchronize");
+    for (int i = 0; i < n; ++i) {
+      float ms = 0;
+      cuda_check(cudaEventElapsedTime(&ms, ev[size_t(i)], ev[size_t(i) + 1]), "cudaEventElapsedTime");
+      us[size_t(i)] = 1e3 * double(ms);
+    }
+    for (auto& e : ev) cudaEventDestroy(e);
+    return us;
+  }
+#endif
+  (void)d;
+  for (int i = 0; i < n; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    call(i);
+    us[size_t(i)] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return us;
 }
 
 }  // namespace replayssm::tools

@@ -2,6 +2,7 @@
 // random values rounded to its dtype. Lets the demo run the same code on the CPU and CUDA backends.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -36,5 +37,10 @@ class Buffer {
 };
 
 void device_synchronize(Device d);
+
+// The GPU time of each of n calls launched back to back on the default stream, as an engine launches its steps: an
+// event before the first call and after each, one synchronisation at the end. Per-call host syncs would time the
+// launch latency too (several us against steps of 5-50 us). CPU: wall clock per call.
+std::vector<double> time_back_to_back(Device d, int n, const std::function<void(int)>& call);
 
 }  // namespace replayssm::tools

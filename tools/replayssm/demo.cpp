@@ -31,11 +31,11 @@ struct Report {
   StepBytes classic_bytes, replay_bytes;
 };
 
-// Every row starts at cursor 0, so step s is a flush step exactly when s % L == L - 1.
+// Every row has the same fill level, so sample s is a flush step exactly when (first_fill + s) % L == L - 1.
 void print_step_types(const DemoOptions& o, const Report& r) {
-  const int L = o.ring;
-  const double app = r.replay.median_where([L](size_t s) { return int(s % L) != L - 1; });
-  const double fl = r.replay.median_where([L](size_t s) { return int(s % L) == L - 1; });
+  const int L = o.ring, f0 = r.replay.first_fill;
+  const double app = r.replay.median_where([L, f0](size_t s) { return int((f0 + s) % L) != L - 1; });
+  const double fl = r.replay.median_where([L, f0](size_t s) { return int((f0 + s) % L) == L - 1; });
   if (app > 0)
     std::printf("  %-22s %12s %12.1f   (%.2fx the classic step)\n", "  append step", "", app, app / r.classic.median());
   if (fl > 0)
@@ -47,6 +47,7 @@ void print_report(const char* what, const DemoOptions& o, Device dev, Report& r,
   const double c = r.classic.mean(), p = r.replay.mean();
   std::printf("\n%s, batch %d, %d steps, L = %d, state %s, activations %s, backend %s\n", what, o.batch, o.steps,
               o.ring, o.state.c_str(), o.act.c_str(), to_string(dev).c_str());
+  std::printf("  timing: %s\n", timing_note(dev));
   std::printf("  %-22s %12s %12s %14s %14s %10s\n", "path", "mean us", "median us", "state MB/step", "total MB/step", "GB/s");
   std::printf("  %-22s %12.1f %12.1f %14.3f %14.3f %10.1f\n", "classic decode", c, r.classic.median(),
               r.classic_bytes.state() / 1e6, r.classic_bytes.total() / 1e6, r.classic_bytes.total() / c / 1e3);
@@ -62,8 +63,9 @@ void print_report(const char* what, const DemoOptions& o, Device dev, Report& r,
               c / p, r.classic_bytes.total() / r.replay_bytes.total(), r.max_rel, r.max_rel <= tol ? "ok" : "MISMATCH", tol);
 }
 
-// Both families' step loop: with --stagger, the warm-up steps that spread the rows over the ring (untimed); then
-// o.steps timed steps of each path, classic(step, slots) and replay(step, slots), outputs compared after each.
+// Both families' step loop: with --stagger, the warm-up steps that spread the rows over the ring; then a ring cycle of
+// untimed steps and o.steps checked steps of each path, classic(step, slots) and replay(step, slots), outputs compared
+// after each; on CUDA then o.steps more steps of each path, timed back to back (timing_note).
 template <class Classic, class Replay>
 Report run_steps(const DemoOptions& o, Device dev, const std::vector<int32_t>& slot_ids, Classic classic, Replay replay,
                  Buffer& out_c, Buffer& out_r) {
@@ -76,11 +78,19 @@ Report run_steps(const DemoOptions& o, Device dev, const std::vector<int32_t>& s
   const Buffer slots = index_buffer(slot_ids, dev);
   Report rep;
   rep.classic.dev = rep.replay.dev = dev;
-  for (int step = 0; step < o.steps; ++step) {
-    rep.classic.run([&] { classic(step, slots); });
-    rep.replay.run([&] { replay(step, slots); });
+  const int warm = o.ring;  // a whole cycle, so that timed step s has fill level s % L
+  const bool timed = times_each_checked_step(dev);
+  for (int step = 0; step < warm + o.steps; ++step) {
+    rep.classic.run([&] { classic(step, slots); }, timed && step >= warm);
+    rep.replay.run([&] { replay(step, slots); }, timed && step >= warm);
     rep.max_rel = std::max(rep.max_rel, rel_l2(out_r.download(), out_c.download()));
-    progress(o, step);
+    if (step >= warm) progress(o, step - warm);
+  }
+  if (!timed) {
+    const int s0 = warm + o.steps;
+    rep.classic.us = time_back_to_back(dev, o.steps, [&](int i) { classic(s0 + i, slots); });
+    rep.replay.us = time_back_to_back(dev, o.steps, [&](int i) { replay(s0 + i, slots); });
+    rep.replay.first_fill = s0 % o.ring;
   }
   return rep;
 }

@@ -43,11 +43,15 @@ inline double output_tol(DType st, DType at, DType rt) {
   return st == DType::f32 && rt == DType::f32 ? 1e-2 : 5e-2;
 }
 
-// Times one callable per step; keeps every sample for the median.
+// Times one callable per step; keeps every sample for the median. first_fill: the rows' ring fill level at the first
+// sample (the per-step-type medians need it).
 struct Timer {
   std::vector<double> us;
   Device dev;
-  template <class F> void run(F&& f) {
+  int first_fill = 0;
+  // One step, synchronised around it, recorded when `record` (else only run: a warm-up step).
+  template <class F> void run(F&& f, bool record = true) {
+    if (!record) return f();
     device_synchronize(dev);
     auto t0 = std::chrono::steady_clock::now();
     f();
@@ -68,6 +72,17 @@ struct Timer {
   }
   double mean() const { return std::accumulate(us.begin(), us.end(), 0.0) / double(us.size()); }
 };
+
+// How the demos time their steps. Both run untimed warm-up steps first (first-call costs: CUDA module loads, OpenMP
+// thread start-up, first touches of scratch memory). CPU: each checked step is timed, the two paths alternating, so
+// that the machine's drift between minutes hits both alike. CUDA: a host sync per step would time the launch latency
+// too (several us against steps of 5-50 us), so after the checked steps each path runs o.steps more steps back to
+// back and every step's GPU time comes from events (time_back_to_back), as an engine launches them.
+inline bool times_each_checked_step(Device dev) { return dev.type == DeviceType::cpu; }
+inline const char* timing_note(Device dev) {
+  return times_each_checked_step(dev) ? "wall clock per step, the paths alternating"
+                                      : "GPU events, each path's steps launched back to back";
+}
 
 inline double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {
   double num = 0, den = 0;

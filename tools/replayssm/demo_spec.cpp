@@ -66,6 +66,7 @@ int print_spec_report(const std::string& what, const DemoOptions& o, Device dev,
   const double c = r.classic.mean(), p = r.replay.mean();
   std::printf("\n%s, batch %d, %d steps, window T = %d, history %d, state %s, activations %s, backend %s\n", what.c_str(),
               o.batch, o.steps, o.window, o.history, o.state.c_str(), o.act.c_str(), to_string(dev).c_str());
+  std::printf("  timing: %s\n", timing_note(dev));
   std::printf("  %-34s %12s %12s %18s\n", "path", "mean us", "median us", "state MB/request");
   std::printf("  %-34s %12.1f %12.1f %18.3f\n", "classic speculative (T states)", c, r.classic.median(), r.classic_state_mb);
   std::printf("  %-34s %12.1f %12.1f %18.3f\n", "ReplaySSM verify + commit", p, r.replay.median(), r.replay_state_mb);
@@ -76,18 +77,26 @@ int print_spec_report(const std::string& what, const DemoOptions& o, Device dev,
 }
 
 // Both families' speculative step loop: each step draws accepted counts, then runs classic(step) and replay(step) and
-// compares their outputs.
+// compares their outputs; kWarmSteps untimed steps first. On CUDA then o.steps more steps of each path timed back to
+// back with the last accepted counts (timing_note).
 template <class Classic, class Replay>
 SpecReport run_spec_steps(const DemoOptions& o, Device dev, SpecIndices& ix, std::mt19937_64& rng, Classic classic,
                           Replay replay, Buffer& out_c, Buffer& out_r) {
+  constexpr int kWarmSteps = 2;
   SpecReport rep;
   rep.classic.dev = rep.replay.dev = dev;
-  for (int step = 0; step < o.steps; ++step) {
+  const bool timed = times_each_checked_step(dev);
+  for (int step = 0; step < kWarmSteps + o.steps; ++step) {
     ix.draw(o.window, rng);
-    rep.classic.run([&] { classic(step); });
-    rep.replay.run([&] { replay(step); });
+    rep.classic.run([&] { classic(step); }, timed && step >= kWarmSteps);
+    rep.replay.run([&] { replay(step); }, timed && step >= kWarmSteps);
     rep.max_rel = std::max(rep.max_rel, rel_l2(out_r.download(), out_c.download()));
-    progress(o, step);
+    if (step >= kWarmSteps) progress(o, step - kWarmSteps);
+  }
+  if (!timed) {
+    const int s0 = kWarmSteps + o.steps;
+    rep.classic.us = time_back_to_back(dev, o.steps, [&](int i) { classic(s0 + i); });
+    rep.replay.us = time_back_to_back(dev, o.steps, [&](int i) { replay(s0 + i); });
   }
   return rep;
 }
