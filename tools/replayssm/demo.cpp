@@ -48,6 +48,7 @@ void print_report(const char* what, const DemoOptions& o, Device dev, Report& r,
   std::printf("\n%s, batch %d, %d steps, L = %d, state %s, activations %s, backend %s\n", what, o.batch, o.steps,
               o.ring, o.state.c_str(), o.act.c_str(), to_string(dev).c_str());
   std::printf("  timing: %s\n", timing_note(dev));
+  print_layers_note(o);
   std::printf("  %-22s %12s %12s %14s %14s %10s\n", "path", "mean us", "median us", "state MB/step", "total MB/step", "GB/s");
   std::printf("  %-22s %12.1f %12.1f %14.3f %14.3f %10.1f\n", "classic decode", c, r.classic.median(),
               r.classic_bytes.state() / 1e6, r.classic_bytes.total() / 1e6, r.classic_bytes.total() / c / 1e3);
@@ -66,9 +67,9 @@ void print_report(const char* what, const DemoOptions& o, Device dev, Report& r,
 // Both families' step loop: with --stagger, the warm-up steps that spread the rows over the ring; then a ring cycle of
 // untimed steps and o.steps checked steps of each path, classic(step, slots) and replay(step, slots), outputs compared
 // after each; on CUDA then o.steps more steps of each path, timed back to back (timing_note).
-template <class Classic, class Replay>
+template <class Classic, class Replay, class Layers>
 Report run_steps(const DemoOptions& o, Device dev, const std::vector<int32_t>& slot_ids, Classic classic, Replay replay,
-                 Buffer& out_c, Buffer& out_r) {
+                 Layers& layers) {
   if (o.stagger)
     for (const auto& ids : stagger_warmup(slot_ids, o.ring)) {
       const Buffer s = index_buffer(ids, dev);
@@ -83,7 +84,7 @@ Report run_steps(const DemoOptions& o, Device dev, const std::vector<int32_t>& s
   for (int step = 0; step < warm + o.steps; ++step) {
     rep.classic.run([&] { classic(step, slots); }, timed && step >= warm);
     rep.replay.run([&] { replay(step, slots); }, timed && step >= warm);
-    rep.max_rel = std::max(rep.max_rel, rel_l2(out_r.download(), out_c.download()));
+    rep.max_rel = std::max(rep.max_rel, max_output_diff(layers));
     if (step >= warm) progress(o, step - warm);
   }
   if (!timed) {
@@ -92,34 +93,47 @@ Report run_steps(const DemoOptions& o, Device dev, const std::vector<int32_t>& s
     rep.replay.us = time_back_to_back(dev, o.steps, [&](int i) { replay(s0 + i, slots); });
     rep.replay.first_fill = s0 % o.ring;
   }
+  per_layer(rep.classic, o.layers);
+  per_layer(rep.replay, o.layers);
   return rep;
 }
+
+// One layer's buffers: both paths' states (equal at the start), ReplaySSM's rings, both outputs.
+struct Mamba2LayerBuffers {
+  Buffer state, ckpt, x_ring, dt_ring, B_ring, out_c, out_r;
+  Mamba2LayerBuffers(const Mamba2Geometry& g, int R, int L, DType st, DType at, Device dev, std::mt19937_64& rng)
+      : state(st, {R, g.heads, g.headdim, g.dstate}, dev), ckpt(st, {R, g.heads, g.headdim, g.dstate}, dev),
+        x_ring(at, {R, g.heads, L, g.headdim}, dev), dt_ring(DType::f32, {R, g.heads, L}, dev),
+        B_ring(at, {R, g.groups, L, g.dstate}, dev), out_c(at, {R, g.heads, g.headdim}, dev),
+        out_r(at, {R, g.heads, g.headdim}, dev) {
+    state.fill_uniform(rng, -0.5, 0.5);
+    ckpt.host() = state.host();
+    ckpt.upload();
+  }
+};
 
 int run_mamba2(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   const Mamba2Geometry g = find_mamba2_preset(o.model).geo.shard(o.tp);
   const DType st = parse_dtype(o.state, "--state-dtype"), at = parse_dtype(o.act, "--act-dtype");
-  const int R = o.batch, H = g.heads, P = g.headdim, N = g.dstate, G = g.groups, L = o.ring;
-  Buffer state(st, {R, H, P, N}, dev), ckpt(st, {R, H, P, N}, dev);
-  state.fill_uniform(rng, -0.5, 0.5);
-  ckpt.host() = state.host();
-  ckpt.upload();
-  Buffer x_ring(at, {R, H, L, P}, dev), dt_ring(DType::f32, {R, H, L}, dev), B_ring(at, {R, G, L, N}, dev);
+  const int R = o.batch, L = o.ring;
+  std::vector<Mamba2LayerBuffers> layers;
+  for (int l = 0; l < o.layers; ++l) layers.emplace_back(g, R, L, st, at, dev, rng);
   Buffer cursor = index_buffer(std::vector<int32_t>(size_t(R), 0), dev);
   const std::vector<int32_t> slot_ids = shuffled_slots(R, rng);
   const Mamba2Layer layer(g, at, R, dev, rng);
-  Buffer out_c(at, {R, H, P}, dev), out_r(at, {R, H, P}, dev);
   const mamba2::Weights w = layer.weights();
   const mamba2::Route route = o.route == "state_and_output" ? mamba2::Route::state_and_output : mamba2::Route::output_only;
   auto classic = [&](int step, const Buffer& s) {
-    mamba2::decode({g, layer.inputs(step), w, state.view(), s.view(), out_c.view()});
+    for (auto& b : layers) mamba2::decode({g, layer.inputs(step), w, b.state.view(), s.view(), b.out_c.view()});
   };
   auto replay = [&](int step, const Buffer& s) {
-    mamba2::replay_decode({g, layer.inputs(step), w,
-                           {ckpt.view(), x_ring.view(), dt_ring.view(), B_ring.view(), cursor.view()}, s.view(),
-                           out_r.view(), route});
+    for (auto& b : layers)
+      mamba2::replay_decode({g, layer.inputs(step), w,
+                             {b.ckpt.view(), b.x_ring.view(), b.dt_ring.view(), b.B_ring.view(), cursor.view()}, s.view(),
+                             b.out_r.view(), route});
     advance_cursors(cursor.view(), s.view(), L);
   };
-  Report rep = run_steps(o, dev, slot_ids, classic, replay, out_c, out_r);
+  Report rep = run_steps(o, dev, slot_ids, classic, replay, layers);
   const DtypePair t{st, at, at};
   rep.classic_bytes = mamba2_classic_step_bytes(g, R, t);
   rep.replay_bytes = mamba2_replay_cycle_bytes(g, R, L, t);
@@ -128,34 +142,45 @@ int run_mamba2(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   return rep.max_rel <= tol ? 0 : 1;
 }
 
+// One layer's buffers, as Mamba2LayerBuffers; gw log-decays per ring position (per-channel gates: K).
+struct GdnLayerBuffers {
+  Buffer state, ckpt, d_ring, k_ring, g_ring, out_c, out_r;
+  GdnLayerBuffers(const GdnGeometry& g, int R, int L, int gw, DType st, DType at, DType rt, Device dev,
+                  std::mt19937_64& rng)
+      : state(st, {R, g.v_heads, g.head_v_dim, g.head_k_dim}, dev), ckpt(st, {R, g.v_heads, g.head_v_dim, g.head_k_dim}, dev),
+        d_ring(rt, {R, g.v_heads, L, g.head_v_dim}, dev), k_ring(rt, {R, g.k_heads, L, g.head_k_dim}, dev),
+        g_ring(DType::f32, gw > 1 ? std::vector<int64_t>{R, g.v_heads, L, gw} : std::vector<int64_t>{R, g.v_heads, L}, dev),
+        out_c(at, {R, g.v_heads, g.head_v_dim}, dev), out_r(at, {R, g.v_heads, g.head_v_dim}, dev) {
+    state.fill_uniform(rng, -0.2, 0.2);
+    ckpt.host() = state.host();
+    ckpt.upload();
+  }
+};
+
 int run_gdn(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   const GdnGeometry g = find_gdn_preset(o.model).geo.shard(o.tp);
   const DType st = parse_dtype(o.state, "--state-dtype"), at = parse_dtype(o.act, "--act-dtype");
   const DType rt = parse_dtype(o.ring_dtype, "--ring-dtype");
-  const int R = o.batch, H = g.k_heads, HV = g.v_heads, K = g.head_k_dim, V = g.head_v_dim, L = o.ring;
+  const int R = o.batch, L = o.ring;
   const bool per_channel = o.gates == "per-channel";
-  const int gw = per_channel ? K : 1;  // log-decays per ring position
-  Buffer state(st, {R, HV, V, K}, dev), ckpt(st, {R, HV, V, K}, dev);
-  state.fill_uniform(rng, -0.2, 0.2);
-  ckpt.host() = state.host();
-  ckpt.upload();
-  Buffer d_ring(rt, {R, HV, L, V}, dev), k_ring(rt, {R, H, L, K}, dev);
-  Buffer g_ring(DType::f32, per_channel ? std::vector<int64_t>{R, HV, L, K} : std::vector<int64_t>{R, HV, L}, dev);
+  const int gw = per_channel ? g.head_k_dim : 1;  // log-decays per ring position
+  std::vector<GdnLayerBuffers> layers;
+  for (int l = 0; l < o.layers; ++l) layers.emplace_back(g, R, L, gw, st, at, rt, dev, rng);
   Buffer cursor = index_buffer(std::vector<int32_t>(size_t(R), 0), dev);
   const std::vector<int32_t> slot_ids = shuffled_slots(R, rng);
   const GdnLayer layer(g, at, R, dev, rng, per_channel);
-  Buffer out_c(at, {R, HV, V}, dev), out_r(at, {R, HV, V}, dev);
   const gdn::Weights w = layer.weights();
   auto classic = [&](int step, const Buffer& s) {
-    gdn::decode({g, layer.inputs(step), w, state.view(), s.view(), out_c.view()});
+    for (auto& b : layers) gdn::decode({g, layer.inputs(step), w, b.state.view(), s.view(), b.out_c.view()});
   };
   auto replay = [&](int step, const Buffer& s) {
-    gdn::replay_decode({g, layer.inputs(step), w,
-                        {ckpt.view(), d_ring.view(), k_ring.view(), g_ring.view(), cursor.view()}, s.view(),
-                        out_r.view()});
+    for (auto& b : layers)
+      gdn::replay_decode({g, layer.inputs(step), w,
+                          {b.ckpt.view(), b.d_ring.view(), b.k_ring.view(), b.g_ring.view(), cursor.view()}, s.view(),
+                          b.out_r.view()});
     advance_cursors(cursor.view(), s.view(), L);
   };
-  Report rep = run_steps(o, dev, slot_ids, classic, replay, out_c, out_r);
+  Report rep = run_steps(o, dev, slot_ids, classic, replay, layers);
   const DtypePair t{st, at, rt};
   rep.classic_bytes = gdn_classic_step_bytes(g, R, t, gw);
   rep.replay_bytes = gdn_replay_cycle_bytes(g, R, L, t, gw);
@@ -200,6 +225,10 @@ void register_demo(CLI::App& app) {
   cmd->add_flag("--stagger", o->stagger,
                "Plain decode: rows start spread over the ring's fill levels (as requests in a serving batch do), so "
                "each step flushes about batch / L rows instead of every row every L-th step");
+  cmd->add_option("--layers", o->layers,
+                  "Layers per step, each with its own state and ring; ReplaySSM's cursors move once per step for all of "
+                  "them, as in an engine (times are reported per layer)")
+      ->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Random seed of the inputs")->capture_default_str();
   cmd->add_flag("--quiet", o->quiet, "No progress line");

@@ -22,6 +22,7 @@ struct DemoOptions {
   std::string state = "float32", act = "bfloat16", ring_dtype = "float32", backend = "auto", route = "output_only";
   std::string gates = "per-head";  // GDN: per-head decay gates, or per-channel (the Kimi Delta Attention form)
   int window = 0, history = 16;  // window >= 2: the speculative demo (verify + commit vs the classic spec path)
+  int layers = 1;                // layers per step, each with its own states and rings, sharing one cursor op per step
   bool stagger = false;          // plain demo: rows start spread over the ring's fill levels, as in serving
   uint64_t seed = 1;
   bool quiet = false;
@@ -88,6 +89,24 @@ inline double rel_l2(const std::vector<double>& a, const std::vector<double>& b)
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) { num += (a[i] - b[i]) * (a[i] - b[i]); den += b[i] * b[i]; }
   return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// The largest relative L2 difference between the two paths' outputs (out_r against out_c) over the layers.
+template <class Layers>
+double max_output_diff(Layers& layers) {
+  double m = 0;
+  for (auto& l : layers) m = std::max(m, rel_l2(l.out_r.download(), l.out_c.download()));
+  return m;
+}
+
+// Samples of whole steps -> per layer (every layer of a step does the same work).
+inline void per_layer(Timer& t, int layers) {
+  for (double& u : t.us) u /= layers;
+}
+inline void print_layers_note(const DemoOptions& o) {
+  if (o.layers > 1)
+    std::printf("  %d layers per step, each with its own state and ring, one cursor op per step (as an engine runs "
+                "them); times per layer\n", o.layers);
 }
 
 inline void progress(const DemoOptions& o, int step) {

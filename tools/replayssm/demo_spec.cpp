@@ -67,6 +67,7 @@ int print_spec_report(const std::string& what, const DemoOptions& o, Device dev,
   std::printf("\n%s, batch %d, %d steps, window T = %d, history %d, state %s, activations %s, backend %s\n", what.c_str(),
               o.batch, o.steps, o.window, o.history, o.state.c_str(), o.act.c_str(), to_string(dev).c_str());
   std::printf("  timing: %s\n", timing_note(dev));
+  print_layers_note(o);
   std::printf("  %-34s %12s %12s %18s\n", "path", "mean us", "median us", "state MB/request");
   std::printf("  %-34s %12.1f %12.1f %18.3f\n", "classic speculative (T states)", c, r.classic.median(), r.classic_state_mb);
   std::printf("  %-34s %12.1f %12.1f %18.3f\n", "ReplaySSM verify + commit", p, r.replay.median(), r.replay_state_mb);
@@ -79,9 +80,9 @@ int print_spec_report(const std::string& what, const DemoOptions& o, Device dev,
 // Both families' speculative step loop: each step draws accepted counts, then runs classic(step) and replay(step) and
 // compares their outputs; kWarmSteps untimed steps first. On CUDA then o.steps more steps of each path timed back to
 // back with the last accepted counts (timing_note).
-template <class Classic, class Replay>
+template <class Classic, class Replay, class Layers>
 SpecReport run_spec_steps(const DemoOptions& o, Device dev, SpecIndices& ix, std::mt19937_64& rng, Classic classic,
-                          Replay replay, Buffer& out_c, Buffer& out_r) {
+                          Replay replay, Layers& layers) {
   constexpr int kWarmSteps = 2;
   SpecReport rep;
   rep.classic.dev = rep.replay.dev = dev;
@@ -90,7 +91,7 @@ SpecReport run_spec_steps(const DemoOptions& o, Device dev, SpecIndices& ix, std
     ix.draw(o.window, rng);
     rep.classic.run([&] { classic(step); }, timed && step >= kWarmSteps);
     rep.replay.run([&] { replay(step); }, timed && step >= kWarmSteps);
-    rep.max_rel = std::max(rep.max_rel, rel_l2(out_r.download(), out_c.download()));
+    rep.max_rel = std::max(rep.max_rel, max_output_diff(layers));
     if (step >= kWarmSteps) progress(o, step - kWarmSteps);
   }
   if (!timed) {
@@ -98,10 +99,24 @@ SpecReport run_spec_steps(const DemoOptions& o, Device dev, SpecIndices& ix, std
     rep.classic.us = time_back_to_back(dev, o.steps, [&](int i) { classic(s0 + i); });
     rep.replay.us = time_back_to_back(dev, o.steps, [&](int i) { replay(s0 + i); });
   }
+  per_layer(rep.classic, o.layers);
+  per_layer(rep.replay, o.layers);
   return rep;
 }
 
 }  // namespace
+
+// One layer's buffers: ReplaySSM's checkpoint and rings, the classic path's T states per request, both outputs.
+struct Mamba2SpecLayer {
+  Buffer ckpt, pool, x_ring, dt_ring, B_ring, out_c, out_r;
+  Mamba2SpecLayer(const Mamba2Geometry& g, int R, int T, int RL, DType st, DType at, Device dev, std::mt19937_64& rng)
+      : ckpt(st, {R, g.heads, g.headdim, g.dstate}, dev), pool(st, {int64_t(R) * T, g.heads, g.headdim, g.dstate}, dev),
+        x_ring(at, {R, g.heads, RL, g.headdim}, dev), dt_ring(DType::f32, {R, g.heads, RL}, dev),
+        B_ring(at, {R, g.groups, RL, g.dstate}, dev), out_c(at, {int64_t(R) * T, g.heads, g.headdim}, dev),
+        out_r(at, {int64_t(R) * T, g.heads, g.headdim}, dev) {
+    seed_states(ckpt, pool, R, T, rng);
+  }
+};
 
 int run_mamba2_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   const Mamba2Geometry g = find_mamba2_preset(o.model).geo.shard(o.tp);
@@ -109,24 +124,24 @@ int run_mamba2_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   const int R = o.batch, T = o.window, H = g.heads, P = g.headdim, N = g.dstate, G = g.groups, NT = R * T;
   const SpecConfig spec{o.history, T};
   const int RL = spec.ring_len();
-  Buffer ckpt(st, {R, H, P, N}, dev), pool(st, {int64_t(R) * T, H, P, N}, dev);
-  seed_states(ckpt, pool, R, T, rng);
-  Buffer x_ring(at, {R, H, RL, P}, dev), dt_ring(DType::f32, {R, H, RL}, dev), B_ring(at, {R, G, RL, N}, dev);
+  std::vector<Mamba2SpecLayer> layers;
+  for (int l = 0; l < o.layers; ++l) layers.emplace_back(g, R, T, RL, st, at, dev, rng);
   SpecIndices ix(R, T, dev, rng);
   const Mamba2Layer layer(g, at, NT, dev, rng);
-  Buffer out_c(at, {NT, H, P}, dev), out_r(at, {NT, H, P}, dev);
   const mamba2::Weights w = layer.weights();
   auto classic = [&](int step) {
-    mamba2::classic_spec_decode({g, T, layer.inputs(step), w, pool.view(), ix.state_indices.view(),
-                                 ix.accepted_prev.view(), ix.qsl.view(), out_c.view()});
+    for (auto& b : layers)
+      mamba2::classic_spec_decode({g, T, layer.inputs(step), w, b.pool.view(), ix.state_indices.view(),
+                                   ix.accepted_prev.view(), ix.qsl.view(), b.out_c.view()});
   };
   auto replay = [&](int step) {
-    mamba2::spec_verify({g, spec, layer.inputs(step), w,
-                         {ckpt.view(), x_ring.view(), dt_ring.view(), B_ring.view(), ix.cursor.view()},
-                         ix.slots.view(), ix.qsl.view(), out_r.view()});
+    for (auto& b : layers)
+      mamba2::spec_verify({g, spec, layer.inputs(step), w,
+                           {b.ckpt.view(), b.x_ring.view(), b.dt_ring.view(), b.B_ring.view(), ix.cursor.view()},
+                           ix.slots.view(), ix.qsl.view(), b.out_r.view()});
     commit_cursors(ix.cursor.view(), ix.slots.view(), ix.accepted_now.view(), ix.qsl.view(), spec);
   };
-  SpecReport rep = run_spec_steps(o, dev, ix, rng, classic, replay, out_c, out_r);
+  SpecReport rep = run_spec_steps(o, dev, ix, rng, classic, replay, layers);
   const double state_mb = double(H) * P * N * dtype_size(st) / 1e6;
   rep.classic_state_mb = T * state_mb;
   rep.replay_state_mb = state_mb + (double(H) * RL * P * dtype_size(at) + double(H) * RL * 4 +
@@ -135,6 +150,20 @@ int run_mamba2_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
                            output_tol(st, at, DType::f32));
 }
 
+// One layer's buffers, as Mamba2SpecLayer; gw log-decays per ring position (per-channel gates: K).
+struct GdnSpecLayer {
+  Buffer ckpt, pool, d_ring, k_ring, g_ring, out_c, out_r;
+  GdnSpecLayer(const GdnGeometry& g, int R, int T, int RL, int gw, DType st, DType at, DType rt, Device dev,
+               std::mt19937_64& rng)
+      : ckpt(st, {R, g.v_heads, g.head_v_dim, g.head_k_dim}, dev),
+        pool(st, {int64_t(R) * T, g.v_heads, g.head_v_dim, g.head_k_dim}, dev),
+        d_ring(rt, {R, g.v_heads, RL, g.head_v_dim}, dev), k_ring(rt, {R, g.k_heads, RL, g.head_k_dim}, dev),
+        g_ring(DType::f32, gw > 1 ? std::vector<int64_t>{R, g.v_heads, RL, gw} : std::vector<int64_t>{R, g.v_heads, RL}, dev),
+        out_c(at, {int64_t(R) * T, g.v_heads, g.head_v_dim}, dev), out_r(at, {int64_t(R) * T, g.v_heads, g.head_v_dim}, dev) {
+    seed_states(ckpt, pool, R, T, rng);
+  }
+};
+
 int run_gdn_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   const GdnGeometry g = find_gdn_preset(o.model).geo.shard(o.tp);
   const DType st = parse_dtype(o.state, "--state-dtype"), at = parse_dtype(o.act, "--act-dtype");
@@ -142,27 +171,26 @@ int run_gdn_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   const int R = o.batch, T = o.window, H = g.k_heads, HV = g.v_heads, K = g.head_k_dim, V = g.head_v_dim, NT = R * T;
   const SpecConfig spec{o.history, T};
   const int RL = spec.ring_len();
-  Buffer ckpt(st, {R, HV, V, K}, dev), pool(st, {int64_t(R) * T, HV, V, K}, dev);
-  seed_states(ckpt, pool, R, T, rng);
   const bool per_channel = o.gates == "per-channel";
   const int gw = per_channel ? K : 1;  // log-decays per ring position
-  Buffer d_ring(rt, {R, HV, RL, V}, dev), k_ring(rt, {R, H, RL, K}, dev);
-  Buffer g_ring(DType::f32, per_channel ? std::vector<int64_t>{R, HV, RL, K} : std::vector<int64_t>{R, HV, RL}, dev);
+  std::vector<GdnSpecLayer> layers;
+  for (int l = 0; l < o.layers; ++l) layers.emplace_back(g, R, T, RL, gw, st, at, rt, dev, rng);
   SpecIndices ix(R, T, dev, rng);
   const GdnLayer layer(g, at, NT, dev, rng, per_channel);
-  Buffer out_c(at, {NT, HV, V}, dev), out_r(at, {NT, HV, V}, dev);
   const gdn::Weights w = layer.weights();
   auto classic = [&](int step) {
-    gdn::classic_spec_decode({g, T, layer.inputs(step), w, pool.view(), ix.state_indices.view(),
-                              ix.accepted_prev.view(), ix.qsl.view(), out_c.view()});
+    for (auto& b : layers)
+      gdn::classic_spec_decode({g, T, layer.inputs(step), w, b.pool.view(), ix.state_indices.view(),
+                                ix.accepted_prev.view(), ix.qsl.view(), b.out_c.view()});
   };
   auto replay = [&](int step) {
-    gdn::spec_verify({g, spec, layer.inputs(step), w,
-                      {ckpt.view(), d_ring.view(), k_ring.view(), g_ring.view(), ix.cursor.view()}, ix.slots.view(),
-                      ix.qsl.view(), out_r.view()});
+    for (auto& b : layers)
+      gdn::spec_verify({g, spec, layer.inputs(step), w,
+                        {b.ckpt.view(), b.d_ring.view(), b.k_ring.view(), b.g_ring.view(), ix.cursor.view()},
+                        ix.slots.view(), ix.qsl.view(), b.out_r.view()});
     commit_cursors(ix.cursor.view(), ix.slots.view(), ix.accepted_now.view(), ix.qsl.view(), spec);
   };
-  SpecReport rep = run_spec_steps(o, dev, ix, rng, classic, replay, out_c, out_r);
+  SpecReport rep = run_spec_steps(o, dev, ix, rng, classic, replay, layers);
   const double state_mb = double(HV) * V * K * dtype_size(st) / 1e6;
   rep.classic_state_mb = T * state_mb;
   rep.replay_state_mb = state_mb + (double(HV) * RL * V * dtype_size(rt) + double(H) * RL * K * dtype_size(rt) +
