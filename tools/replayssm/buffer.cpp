@@ -2,11 +2,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <string>
 
 #include "replayssm/error.hpp"
 #if defined(REPLAYSSM_WITH_CUDA)
 #include <cuda_runtime.h>
+
+#include "replayssm/bench_types.hpp"
+#endif
+#if defined(_OPENMP)
+#include <omp.h>
 #endif
 
 namespace replayssm::tools {
@@ -122,6 +128,36 @@ std::vector<double> time_back_to_back(Device d, int n, const std::function<void(
     us[size_t(i)] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   }
   return us;
+}
+
+double copy_bandwidth_gbs(Device d) {
+#if defined(REPLAYSSM_WITH_CUDA)
+  if (d.type == DeviceType::cuda) return 1e3 * bench::copy_bandwidth_tbps();
+#endif
+  (void)d;
+  const size_t n = size_t(256) << 20;
+  std::vector<char> src(n), dst(n);
+  auto pass = [&] {
+#pragma omp parallel
+    {
+#if defined(_OPENMP)
+      const size_t t = size_t(omp_get_thread_num()), nt = size_t(omp_get_num_threads());
+#else
+      const size_t t = 0, nt = 1;
+#endif
+      const size_t lo = n * t / nt, hi = n * (t + 1) / nt;
+      std::memcpy(dst.data() + lo, src.data() + lo, hi - lo);
+    }
+  };
+  pass();  // warm-up: first touches, thread start-up
+  std::vector<double> s;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pass();
+    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::nth_element(s.begin(), s.begin() + 2, s.end());
+  return 2.0 * double(n) / s[2] / 1e9;
 }
 
 }  // namespace replayssm::tools

@@ -43,4 +43,8 @@ void device_synchronize(Device d);
 // launch latency too (several us against steps of 5-50 us). CPU: wall clock per call.
 std::vector<double> time_back_to_back(Device d, int n, const std::function<void(int)>& call);
 
+// The copy ceiling the demo reports against, in GB/s of bytes read + written. CPU: every OpenMP thread copies its share
+// of 256 MB (well past any L3), median of 5 passes after a warm-up; CUDA: the benchmark's 2 GiB device-to-device copy.
+double copy_bandwidth_gbs(Device d);
+
 }  // namespace replayssm::tools

@@ -28,6 +28,7 @@ using namespace demo;
 struct Report {
   Timer classic, replay;
   double max_rel = 0;
+  double copy_gbs = 0;  // the copy ceiling, measured before the steps
   StepBytes classic_bytes, replay_bytes;
 };
 
@@ -49,11 +50,14 @@ void print_report(const char* what, const DemoOptions& o, Device dev, Report& r,
               o.ring, o.state.c_str(), o.act.c_str(), to_string(dev).c_str());
   std::printf("  timing: %s\n", timing_note(dev));
   print_layers_note(o);
-  std::printf("  %-22s %12s %12s %14s %14s %10s\n", "path", "mean us", "median us", "state MB/step", "total MB/step", "GB/s");
-  std::printf("  %-22s %12.1f %12.1f %14.3f %14.3f %10.1f\n", "classic decode", c, r.classic.median(),
-              r.classic_bytes.state() / 1e6, r.classic_bytes.total() / 1e6, r.classic_bytes.total() / c / 1e3);
-  std::printf("  %-22s %12.1f %12.1f %14.3f %14.3f %10.1f\n", "ReplaySSM (amortised)", p, r.replay.median(),
-              r.replay_bytes.state() / 1e6, r.replay_bytes.total() / 1e6, r.replay_bytes.total() / p / 1e3);
+  std::printf("  copy bandwidth measured before the steps: %.1f GB/s (read + write); %%copy = GB/s / that\n", r.copy_gbs);
+  std::printf("  %-22s %12s %12s %14s %14s %10s %7s\n", "path", "mean us", "median us", "state MB/step", "total MB/step",
+              "GB/s", "%copy");
+  const double cg = r.classic_bytes.total() / c / 1e3, pg = r.replay_bytes.total() / p / 1e3;
+  std::printf("  %-22s %12.1f %12.1f %14.3f %14.3f %10.1f %6.0f%%\n", "classic decode", c, r.classic.median(),
+              r.classic_bytes.state() / 1e6, r.classic_bytes.total() / 1e6, cg, 100 * cg / r.copy_gbs);
+  std::printf("  %-22s %12.1f %12.1f %14.3f %14.3f %10.1f %6.0f%%\n", "ReplaySSM (amortised)", p, r.replay.median(),
+              r.replay_bytes.state() / 1e6, r.replay_bytes.total() / 1e6, pg, 100 * pg / r.copy_gbs);
   if (o.stagger) {
     std::printf("  (rows staggered over the ring's fill levels: about %.1f rows flush every step)\n",
                 double(o.batch) / o.ring);
@@ -79,6 +83,7 @@ Report run_steps(const DemoOptions& o, Device dev, const std::vector<int32_t>& s
   const Buffer slots = index_buffer(slot_ids, dev);
   Report rep;
   rep.classic.dev = rep.replay.dev = dev;
+  rep.copy_gbs = copy_bandwidth_gbs(dev);
   const int warm = o.ring;  // a whole cycle, so that timed step s has fill level s % L
   const bool timed = times_each_checked_step(dev);
   for (int step = 0; step < warm + o.steps; ++step) {
