@@ -68,17 +68,25 @@ void print_report(const char* what, const DemoOptions& o, Device dev, Report& r,
               c / p, r.classic_bytes.total() / r.replay_bytes.total(), r.max_rel, r.max_rel <= tol ? "ok" : "MISMATCH", tol);
 }
 
-// Both families' step loop: with --stagger, the warm-up steps that spread the rows over the ring; then a ring cycle of
-// untimed steps and o.steps checked steps of each path, classic(step, slots) and replay(step, slots), outputs compared
-// after each; on CUDA then o.steps more steps of each path, timed back to back (timing_note).
-template <class Classic, class Replay, class Layers>
-Report run_steps(const DemoOptions& o, Device dev, const std::vector<int32_t>& slot_ids, Classic classic, Replay replay,
-                 Layers& layers) {
+// Both families' step loop. A step of a path runs classic(step, slots, layer) / replay(step, slots, layer) for every
+// layer; ReplaySSM's cursors then move once, for all layers, as an engine moves them. With --stagger, the warm-up steps
+// that spread the rows over the ring; then a ring cycle of untimed steps and o.steps checked steps of each path,
+// outputs compared after each; on CUDA then o.steps more steps of each path, timed back to back (timing_note).
+template <class Layers, class Classic, class Replay>
+Report run_steps(const DemoOptions& o, Device dev, const std::vector<int32_t>& slot_ids, const Buffer& cursor,
+                 Layers& layers, Classic classic, Replay replay) {
+  auto classic_step = [&](int step, const Buffer& s) {
+    for (auto& b : layers) classic(step, s, b);
+  };
+  auto replay_step = [&](int step, const Buffer& s) {
+    for (auto& b : layers) replay(step, s, b);
+    advance_cursors(cursor.view(), s.view(), o.ring);
+  };
   if (o.stagger)
     for (const auto& ids : stagger_warmup(slot_ids, o.ring)) {
       const Buffer s = index_buffer(ids, dev);
-      classic(0, s);
-      replay(0, s);
+      classic_step(0, s);
+      replay_step(0, s);
     }
   const Buffer slots = index_buffer(slot_ids, dev);
   Report rep;
@@ -87,15 +95,15 @@ Report run_steps(const DemoOptions& o, Device dev, const std::vector<int32_t>& s
   const int warm = o.ring;  // a whole cycle, so that timed step s has fill level s % L
   const bool timed = times_each_checked_step(dev);
   for (int step = 0; step < warm + o.steps; ++step) {
-    rep.classic.run([&] { classic(step, slots); }, timed && step >= warm);
-    rep.replay.run([&] { replay(step, slots); }, timed && step >= warm);
+    rep.classic.run([&] { classic_step(step, slots); }, timed && step >= warm);
+    rep.replay.run([&] { replay_step(step, slots); }, timed && step >= warm);
     rep.max_rel = std::max(rep.max_rel, max_output_diff(layers));
     if (step >= warm) progress(o, step - warm);
   }
   if (!timed) {
     const int s0 = warm + o.steps;
-    rep.classic.us = time_back_to_back(dev, o.steps, [&](int i) { classic(s0 + i, slots); });
-    rep.replay.us = time_back_to_back(dev, o.steps, [&](int i) { replay(s0 + i, slots); });
+    rep.classic.us = time_back_to_back(dev, o.steps, [&](int i) { classic_step(s0 + i, slots); });
+    rep.replay.us = time_back_to_back(dev, o.steps, [&](int i) { replay_step(s0 + i, slots); });
     rep.replay.first_fill = s0 % o.ring;
   }
   per_layer(rep.classic, o.layers);
@@ -111,9 +119,7 @@ struct Mamba2LayerBuffers {
         x_ring(at, {R, g.heads, L, g.headdim}, dev), dt_ring(DType::f32, {R, g.heads, L}, dev),
         B_ring(at, {R, g.groups, L, g.dstate}, dev), out_c(at, {R, g.heads, g.headdim}, dev),
         out_r(at, {R, g.heads, g.headdim}, dev) {
-    state.fill_uniform(rng, -0.5, 0.5);
-    ckpt.host() = state.host();
-    ckpt.upload();
+    fill_both(state, ckpt, rng, 0.5);
   }
 };
 
@@ -128,17 +134,15 @@ int run_mamba2(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   const Mamba2Layer layer(g, at, R, dev, rng);
   const mamba2::Weights w = layer.weights();
   const mamba2::Route route = o.route == "state_and_output" ? mamba2::Route::state_and_output : mamba2::Route::output_only;
-  auto classic = [&](int step, const Buffer& s) {
-    for (auto& b : layers) mamba2::decode({g, layer.inputs(step), w, b.state.view(), s.view(), b.out_c.view()});
+  auto classic = [&](int step, const Buffer& s, Mamba2LayerBuffers& b) {
+    mamba2::decode({g, layer.inputs(step), w, b.state.view(), s.view(), b.out_c.view()});
   };
-  auto replay = [&](int step, const Buffer& s) {
-    for (auto& b : layers)
-      mamba2::replay_decode({g, layer.inputs(step), w,
-                             {b.ckpt.view(), b.x_ring.view(), b.dt_ring.view(), b.B_ring.view(), cursor.view()}, s.view(),
-                             b.out_r.view(), route});
-    advance_cursors(cursor.view(), s.view(), L);
+  auto replay = [&](int step, const Buffer& s, Mamba2LayerBuffers& b) {
+    mamba2::replay_decode({g, layer.inputs(step), w,
+                           {b.ckpt.view(), b.x_ring.view(), b.dt_ring.view(), b.B_ring.view(), cursor.view()}, s.view(),
+                           b.out_r.view(), route});
   };
-  Report rep = run_steps(o, dev, slot_ids, classic, replay, layers);
+  Report rep = run_steps(o, dev, slot_ids, cursor, layers, classic, replay);
   const DtypePair t{st, at, at};
   rep.classic_bytes = mamba2_classic_step_bytes(g, R, t);
   rep.replay_bytes = mamba2_replay_cycle_bytes(g, R, L, t);
@@ -156,9 +160,7 @@ struct GdnLayerBuffers {
         d_ring(rt, {R, g.v_heads, L, g.head_v_dim}, dev), k_ring(rt, {R, g.k_heads, L, g.head_k_dim}, dev),
         g_ring(DType::f32, gw > 1 ? std::vector<int64_t>{R, g.v_heads, L, gw} : std::vector<int64_t>{R, g.v_heads, L}, dev),
         out_c(at, {R, g.v_heads, g.head_v_dim}, dev), out_r(at, {R, g.v_heads, g.head_v_dim}, dev) {
-    state.fill_uniform(rng, -0.2, 0.2);
-    ckpt.host() = state.host();
-    ckpt.upload();
+    fill_both(state, ckpt, rng, 0.2);
   }
 };
 
@@ -175,17 +177,15 @@ int run_gdn(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   const std::vector<int32_t> slot_ids = shuffled_slots(R, rng);
   const GdnLayer layer(g, at, R, dev, rng, per_channel);
   const gdn::Weights w = layer.weights();
-  auto classic = [&](int step, const Buffer& s) {
-    for (auto& b : layers) gdn::decode({g, layer.inputs(step), w, b.state.view(), s.view(), b.out_c.view()});
+  auto classic = [&](int step, const Buffer& s, GdnLayerBuffers& b) {
+    gdn::decode({g, layer.inputs(step), w, b.state.view(), s.view(), b.out_c.view()});
   };
-  auto replay = [&](int step, const Buffer& s) {
-    for (auto& b : layers)
-      gdn::replay_decode({g, layer.inputs(step), w,
-                          {b.ckpt.view(), b.d_ring.view(), b.k_ring.view(), b.g_ring.view(), cursor.view()}, s.view(),
-                          b.out_r.view()});
-    advance_cursors(cursor.view(), s.view(), L);
+  auto replay = [&](int step, const Buffer& s, GdnLayerBuffers& b) {
+    gdn::replay_decode({g, layer.inputs(step), w,
+                        {b.ckpt.view(), b.d_ring.view(), b.k_ring.view(), b.g_ring.view(), cursor.view()}, s.view(),
+                        b.out_r.view()});
   };
-  Report rep = run_steps(o, dev, slot_ids, classic, replay, layers);
+  Report rep = run_steps(o, dev, slot_ids, cursor, layers, classic, replay);
   const DtypePair t{st, at, rt};
   rep.classic_bytes = gdn_classic_step_bytes(g, R, t, gw);
   rep.replay_bytes = gdn_replay_cycle_bytes(g, R, L, t, gw);

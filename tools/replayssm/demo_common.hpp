@@ -91,6 +91,13 @@ inline double rel_l2(const std::vector<double>& a, const std::vector<double>& b)
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
+// Both paths' states from one random draw (uniform in [-r, r]): `a` filled, `b` the same values.
+inline void fill_both(Buffer& a, Buffer& b, std::mt19937_64& rng, double r) {
+  a.fill_uniform(rng, -r, r);
+  b.host() = a.host();
+  b.upload();
+}
+
 // The largest relative L2 difference between the two paths' outputs (out_r against out_c) over the layers.
 template <class Layers>
 double max_output_diff(Layers& layers) {

@@ -77,27 +77,35 @@ int print_spec_report(const std::string& what, const DemoOptions& o, Device dev,
   return r.max_rel <= tol ? 0 : 1;
 }
 
-// Both families' speculative step loop: each step draws accepted counts, then runs classic(step) and replay(step) and
-// compares their outputs; kWarmSteps untimed steps first. On CUDA then o.steps more steps of each path timed back to
-// back with the last accepted counts (timing_note).
-template <class Classic, class Replay, class Layers>
-SpecReport run_spec_steps(const DemoOptions& o, Device dev, SpecIndices& ix, std::mt19937_64& rng, Classic classic,
-                          Replay replay, Layers& layers) {
+// Both families' speculative step loop. A step of a path runs classic(step, layer) / replay(step, layer) for every
+// layer; ReplaySSM then commits the accepted counts once, for all layers. Each step draws accepted counts, runs both
+// paths and compares their outputs; kWarmSteps untimed steps first. On CUDA then o.steps more steps of each path timed
+// back to back with the last accepted counts (timing_note).
+template <class Layers, class Classic, class Replay>
+SpecReport run_spec_steps(const DemoOptions& o, Device dev, SpecIndices& ix, const SpecConfig& spec,
+                          std::mt19937_64& rng, Layers& layers, Classic classic, Replay replay) {
+  auto classic_step = [&](int step) {
+    for (auto& b : layers) classic(step, b);
+  };
+  auto replay_step = [&](int step) {
+    for (auto& b : layers) replay(step, b);
+    commit_cursors(ix.cursor.view(), ix.slots.view(), ix.accepted_now.view(), ix.qsl.view(), spec);
+  };
   constexpr int kWarmSteps = 2;
   SpecReport rep;
   rep.classic.dev = rep.replay.dev = dev;
   const bool timed = times_each_checked_step(dev);
   for (int step = 0; step < kWarmSteps + o.steps; ++step) {
     ix.draw(o.window, rng);
-    rep.classic.run([&] { classic(step); }, timed && step >= kWarmSteps);
-    rep.replay.run([&] { replay(step); }, timed && step >= kWarmSteps);
+    rep.classic.run([&] { classic_step(step); }, timed && step >= kWarmSteps);
+    rep.replay.run([&] { replay_step(step); }, timed && step >= kWarmSteps);
     rep.max_rel = std::max(rep.max_rel, max_output_diff(layers));
     if (step >= kWarmSteps) progress(o, step - kWarmSteps);
   }
   if (!timed) {
     const int s0 = kWarmSteps + o.steps;
-    rep.classic.us = time_back_to_back(dev, o.steps, [&](int i) { classic(s0 + i); });
-    rep.replay.us = time_back_to_back(dev, o.steps, [&](int i) { replay(s0 + i); });
+    rep.classic.us = time_back_to_back(dev, o.steps, [&](int i) { classic_step(s0 + i); });
+    rep.replay.us = time_back_to_back(dev, o.steps, [&](int i) { replay_step(s0 + i); });
   }
   per_layer(rep.classic, o.layers);
   per_layer(rep.replay, o.layers);
@@ -129,19 +137,16 @@ int run_mamba2_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   SpecIndices ix(R, T, dev, rng);
   const Mamba2Layer layer(g, at, NT, dev, rng);
   const mamba2::Weights w = layer.weights();
-  auto classic = [&](int step) {
-    for (auto& b : layers)
-      mamba2::classic_spec_decode({g, T, layer.inputs(step), w, b.pool.view(), ix.state_indices.view(),
-                                   ix.accepted_prev.view(), ix.qsl.view(), b.out_c.view()});
+  auto classic = [&](int step, Mamba2SpecLayer& b) {
+    mamba2::classic_spec_decode({g, T, layer.inputs(step), w, b.pool.view(), ix.state_indices.view(),
+                                 ix.accepted_prev.view(), ix.qsl.view(), b.out_c.view()});
   };
-  auto replay = [&](int step) {
-    for (auto& b : layers)
-      mamba2::spec_verify({g, spec, layer.inputs(step), w,
-                           {b.ckpt.view(), b.x_ring.view(), b.dt_ring.view(), b.B_ring.view(), ix.cursor.view()},
-                           ix.slots.view(), ix.qsl.view(), b.out_r.view()});
-    commit_cursors(ix.cursor.view(), ix.slots.view(), ix.accepted_now.view(), ix.qsl.view(), spec);
+  auto replay = [&](int step, Mamba2SpecLayer& b) {
+    mamba2::spec_verify({g, spec, layer.inputs(step), w,
+                         {b.ckpt.view(), b.x_ring.view(), b.dt_ring.view(), b.B_ring.view(), ix.cursor.view()},
+                         ix.slots.view(), ix.qsl.view(), b.out_r.view()});
   };
-  SpecReport rep = run_spec_steps(o, dev, ix, rng, classic, replay, layers);
+  SpecReport rep = run_spec_steps(o, dev, ix, spec, rng, layers, classic, replay);
   const double state_mb = double(H) * P * N * dtype_size(st) / 1e6;
   rep.classic_state_mb = T * state_mb;
   rep.replay_state_mb = state_mb + (double(H) * RL * P * dtype_size(at) + double(H) * RL * 4 +
@@ -178,19 +183,16 @@ int run_gdn_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   SpecIndices ix(R, T, dev, rng);
   const GdnLayer layer(g, at, NT, dev, rng, per_channel);
   const gdn::Weights w = layer.weights();
-  auto classic = [&](int step) {
-    for (auto& b : layers)
-      gdn::classic_spec_decode({g, T, layer.inputs(step), w, b.pool.view(), ix.state_indices.view(),
-                                ix.accepted_prev.view(), ix.qsl.view(), b.out_c.view()});
+  auto classic = [&](int step, GdnSpecLayer& b) {
+    gdn::classic_spec_decode({g, T, layer.inputs(step), w, b.pool.view(), ix.state_indices.view(),
+                              ix.accepted_prev.view(), ix.qsl.view(), b.out_c.view()});
   };
-  auto replay = [&](int step) {
-    for (auto& b : layers)
-      gdn::spec_verify({g, spec, layer.inputs(step), w,
-                        {b.ckpt.view(), b.d_ring.view(), b.k_ring.view(), b.g_ring.view(), ix.cursor.view()},
-                        ix.slots.view(), ix.qsl.view(), b.out_r.view()});
-    commit_cursors(ix.cursor.view(), ix.slots.view(), ix.accepted_now.view(), ix.qsl.view(), spec);
+  auto replay = [&](int step, GdnSpecLayer& b) {
+    gdn::spec_verify({g, spec, layer.inputs(step), w,
+                      {b.ckpt.view(), b.d_ring.view(), b.k_ring.view(), b.g_ring.view(), ix.cursor.view()},
+                      ix.slots.view(), ix.qsl.view(), b.out_r.view()});
   };
-  SpecReport rep = run_spec_steps(o, dev, ix, rng, classic, replay, layers);
+  SpecReport rep = run_spec_steps(o, dev, ix, spec, rng, layers, classic, replay);
   const double state_mb = double(HV) * V * K * dtype_size(st) / 1e6;
   rep.classic_state_mb = T * state_mb;
   rep.replay_state_mb = state_mb + (double(HV) * RL * V * dtype_size(rt) + double(H) * RL * K * dtype_size(rt) +
