@@ -32,9 +32,10 @@ struct Report {
   StepBytes classic_bytes, replay_bytes;
 };
 
-// Every row has the same fill level, so sample s is a flush step exactly when (first_fill + s) % L == L - 1.
+// Every row has the same fill level, step s's being s % L (no --stagger: all start at 0), so sample s is a flush step
+// exactly when (first_step + s) % L == L - 1.
 void print_step_types(const DemoOptions& o, const Report& r) {
-  const int L = o.ring, f0 = r.replay.first_fill;
+  const int L = o.ring, f0 = r.replay.first_step;
   const double app = r.replay.median_where([L, f0](size_t s) { return int((f0 + s) % L) != L - 1; });
   const double fl = r.replay.median_where([L, f0](size_t s) { return int((f0 + s) % L) == L - 1; });
   if (app > 0)
@@ -70,8 +71,7 @@ void print_report(const char* what, const DemoOptions& o, Device dev, Report& r,
 
 // Both families' step loop. A step of a path runs classic(step, slots, layer) / replay(step, slots, layer) for every
 // layer; ReplaySSM's cursors then move once, for all layers, as an engine moves them. With --stagger, the warm-up steps
-// that spread the rows over the ring; then a ring cycle of untimed steps and o.steps checked steps of each path,
-// outputs compared after each; on CUDA then o.steps more steps of each path, timed back to back (timing_note).
+// that spread the rows over the ring; then check_and_time with a whole ring cycle of untimed steps.
 template <class Layers, class Classic, class Replay>
 Report run_steps(const DemoOptions& o, Device dev, const std::vector<int32_t>& slot_ids, const Buffer& cursor,
                  Layers& layers, Classic classic, Replay replay) {
@@ -90,24 +90,10 @@ Report run_steps(const DemoOptions& o, Device dev, const std::vector<int32_t>& s
     }
   const Buffer slots = index_buffer(slot_ids, dev);
   Report rep;
-  rep.classic.dev = rep.replay.dev = dev;
   rep.copy_gbs = copy_bandwidth_gbs(dev);
-  const int warm = o.ring;  // a whole cycle, so that timed step s has fill level s % L
-  const bool timed = times_each_checked_step(dev);
-  for (int step = 0; step < warm + o.steps; ++step) {
-    rep.classic.run([&] { classic_step(step, slots); }, timed && step >= warm);
-    rep.replay.run([&] { replay_step(step, slots); }, timed && step >= warm);
-    rep.max_rel = std::max(rep.max_rel, max_output_diff(layers));
-    if (step >= warm) progress(o, step - warm);
-  }
-  if (!timed) {
-    const int s0 = warm + o.steps;
-    rep.classic.us = time_back_to_back(dev, o.steps, [&](int i) { classic_step(s0 + i, slots); });
-    rep.replay.us = time_back_to_back(dev, o.steps, [&](int i) { replay_step(s0 + i, slots); });
-    rep.replay.first_fill = s0 % o.ring;
-  }
-  per_layer(rep.classic, o.layers);
-  per_layer(rep.replay, o.layers);
+  rep.max_rel = check_and_time(
+      o, dev, o.ring, layers, rep.classic, rep.replay, [](int) {}, [&](int step) { classic_step(step, slots); },
+      [&](int step) { replay_step(step, slots); });
   return rep;
 }
 

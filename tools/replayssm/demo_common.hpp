@@ -44,12 +44,12 @@ inline double output_tol(DType st, DType at, DType rt) {
   return st == DType::f32 && rt == DType::f32 ? 1e-2 : 5e-2;
 }
 
-// Times one callable per step; keeps every sample for the median. first_fill: the rows' ring fill level at the first
-// sample (the per-step-type medians need it).
+// Times one callable per step; keeps every sample for the median. first_step: the step index of the first sample
+// (the per-step-type medians need it).
 struct Timer {
   std::vector<double> us;
   Device dev;
-  int first_fill = 0;
+  int first_step = 0;
   // One step, synchronised around it, recorded when `record` (else only run: a warm-up step).
   template <class F> void run(F&& f, bool record = true) {
     if (!record) return f();
@@ -120,6 +120,35 @@ inline void progress(const DemoOptions& o, int step) {
   if (o.quiet || step % 32 != 31) return;
   std::fprintf(stderr, "\r  step %d / %d", step + 1, o.steps);
   if (step + 1 == o.steps) std::fprintf(stderr, "\n");
+}
+
+// The demos' step loop around one step of each path (classic_step(step), replay_step(step): every layer, then the
+// cursor op), timed as timing_note says: `warm` untimed steps, then o.steps checked steps, before(step) ahead of each,
+// outputs compared after each (timed on the CPU); on CUDA then o.steps more steps of each path back to back. Samples
+// per layer. Returns the largest output difference.
+template <class Layers, class Before, class ClassicStep, class ReplayStep>
+double check_and_time(const DemoOptions& o, Device dev, int warm, Layers& layers, Timer& classic, Timer& replay,
+                      Before before, ClassicStep classic_step, ReplayStep replay_step) {
+  classic.dev = replay.dev = dev;
+  const bool timed = times_each_checked_step(dev);
+  double max_rel = 0;
+  for (int step = 0; step < warm + o.steps; ++step) {
+    before(step);
+    classic.run([&] { classic_step(step); }, timed && step >= warm);
+    replay.run([&] { replay_step(step); }, timed && step >= warm);
+    max_rel = std::max(max_rel, max_output_diff(layers));
+    if (step >= warm) progress(o, step - warm);
+  }
+  classic.first_step = replay.first_step = warm;
+  if (!timed) {
+    const int s0 = warm + o.steps;
+    classic.us = time_back_to_back(dev, o.steps, [&](int i) { classic_step(s0 + i); });
+    replay.us = time_back_to_back(dev, o.steps, [&](int i) { replay_step(s0 + i); });
+    classic.first_step = replay.first_step = s0;
+  }
+  per_layer(classic, o.layers);
+  per_layer(replay, o.layers);
+  return max_rel;
 }
 
 inline std::vector<int32_t> shuffled_slots(int batch, std::mt19937_64& rng) {

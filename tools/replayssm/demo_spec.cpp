@@ -78,9 +78,8 @@ int print_spec_report(const std::string& what, const DemoOptions& o, Device dev,
 }
 
 // Both families' speculative step loop. A step of a path runs classic(step, layer) / replay(step, layer) for every
-// layer; ReplaySSM then commits the accepted counts once, for all layers. Each step draws accepted counts, runs both
-// paths and compares their outputs; kWarmSteps untimed steps first. On CUDA then o.steps more steps of each path timed
-// back to back with the last accepted counts (timing_note).
+// layer; ReplaySSM then commits the accepted counts once, for all layers. check_and_time with kWarmSteps untimed steps,
+// new accepted counts drawn before every step (the steps timed back to back on CUDA reuse the last ones).
 template <class Layers, class Classic, class Replay>
 SpecReport run_spec_steps(const DemoOptions& o, Device dev, SpecIndices& ix, const SpecConfig& spec,
                           std::mt19937_64& rng, Layers& layers, Classic classic, Replay replay) {
@@ -93,22 +92,8 @@ SpecReport run_spec_steps(const DemoOptions& o, Device dev, SpecIndices& ix, con
   };
   constexpr int kWarmSteps = 2;
   SpecReport rep;
-  rep.classic.dev = rep.replay.dev = dev;
-  const bool timed = times_each_checked_step(dev);
-  for (int step = 0; step < kWarmSteps + o.steps; ++step) {
-    ix.draw(o.window, rng);
-    rep.classic.run([&] { classic_step(step); }, timed && step >= kWarmSteps);
-    rep.replay.run([&] { replay_step(step); }, timed && step >= kWarmSteps);
-    rep.max_rel = std::max(rep.max_rel, max_output_diff(layers));
-    if (step >= kWarmSteps) progress(o, step - kWarmSteps);
-  }
-  if (!timed) {
-    const int s0 = kWarmSteps + o.steps;
-    rep.classic.us = time_back_to_back(dev, o.steps, [&](int i) { classic_step(s0 + i); });
-    rep.replay.us = time_back_to_back(dev, o.steps, [&](int i) { replay_step(s0 + i); });
-  }
-  per_layer(rep.classic, o.layers);
-  per_layer(rep.replay, o.layers);
+  rep.max_rel = check_and_time(o, dev, kWarmSteps, layers, rep.classic, rep.replay,
+                               [&](int) { ix.draw(o.window, rng); }, classic_step, replay_step);
   return rep;
 }
 
