@@ -42,6 +42,12 @@ struct DecodeArgs {
   TensorView state;     // [slots, H, P, N], [H, P, N] dense per slot; updated in place
   TensorView slot_idx;  // [rows] int32, < 0 = padding row (its out is left untouched)
   TensorView out;       // [rows, H, P], activation dtype, innermost contiguous
+  // CUDA (sm_90): launch as a programmatic dependent of the previous kernel in the stream (FlashInfer's enable_pdl),
+  // so the state loads start while that kernel (the producer of the inputs) finishes. Before it has finished the
+  // kernel reads only slot_idx and the state: the previous kernel must not write those two. Ignored on the CPU.
+  // The classic step only: on the replay and speculative kernels the same change cost 2-10 % with the flag off
+  // (docs/notes-mamba2-cuda.md, twentieth session), so they have no such flag.
+  bool pdl = false;
 };
 void decode(const DecodeArgs& args, Stream stream = nullptr);
 

@@ -94,6 +94,8 @@ _SIGNATURES = {
     "replayssm_cuda_device_count": ([], _I),
     "replayssm_set_device_validation": ([_I], None),
     "replayssm_device_validation": ([], _I),
+    "replayssm_set_launch_pdl": ([_I], None),
+    "replayssm_launch_pdl": ([], _I),
     "replayssm_last_error": ([], _S),
     "replayssm_last_error_argument": ([], _S),
     "replayssm_mamba2_preset": ([_S, ctypes.POINTER(ctypes.c_int32)], _I),

@@ -16,11 +16,21 @@ from typing import Optional
 
 import torch
 
-from ._lib import ReplaySSMError, call, launch
+from ._lib import ReplaySSMError, call, launch, lib
 
 Tensor = torch.Tensor
 
 OUTPUT_ONLY, STATE_AND_OUTPUT = 0, 1  # mamba2_replay_decode routes (mamba2::Route)
+
+
+def _launch_pdl(pdl, name, device, *args):
+    """launch() with the thread's pdl flag (replayssm_set_launch_pdl) set to ``pdl`` for this call only."""
+    was = lib.replayssm_launch_pdl()
+    lib.replayssm_set_launch_pdl(int(bool(pdl)))
+    try:
+        launch(name, device, *args)
+    finally:
+        lib.replayssm_set_launch_pdl(was)
 
 _custom_op = getattr(torch.library, "custom_op", None)
 HAS_CUSTOM_OP = _custom_op is not None
@@ -70,11 +80,12 @@ def _gdn_geometry(q, v):
 def mamba2_decode(
     x: Tensor, dt: Tensor, B: Tensor, C: Tensor, A: Tensor, state: Tensor, slot_idx: Tensor, out: Tensor,
     z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None, D: Optional[Tensor] = None,
-    dt_softplus: bool = True,
+    dt_softplus: bool = True, pdl: bool = False,
 ) -> None:
-    """Classic step: state[slot_idx[i]] updated in place, out[i] written (padding rows untouched)."""
-    launch("replayssm_mamba2_decode", x.device, *_m2_geometry(x, B), x, dt, B, C, z, A, dt_bias, D,
-           int(dt_softplus), state, slot_idx, out)
+    """Classic step: state[slot_idx[i]] updated in place, out[i] written (padding rows untouched).
+    pdl: launch as a programmatic dependent of the previous kernel (mamba2.hpp, DecodeArgs::pdl)."""
+    _launch_pdl(pdl, "replayssm_mamba2_decode", x.device, *_m2_geometry(x, B), x, dt, B, C, z, A, dt_bias, D,
+                int(dt_softplus), state, slot_idx, out)
 
 
 @_op("checkpoint", "x_ring", "dt_ring", "B_ring", "out")

@@ -10,6 +10,9 @@
 
 namespace replayssm::capi {
 
+// replayssm_set_launch_pdl: the pdl flag of this thread's mamba2_decode calls.
+inline thread_local bool t_launch_pdl = false;
+
 // Stores the message for replayssm_last_error() and returns `code`; never throws.
 int set_error(int code, const char* message, const char* argument) noexcept;
 

@@ -43,6 +43,8 @@ int replayssm_cuda_device_count(void) {
 }
 void replayssm_set_device_validation(int on) { set_device_validation(on != 0); }
 int replayssm_device_validation(void) { return device_validation() ? 1 : 0; }
+void replayssm_set_launch_pdl(int on) { capi::t_launch_pdl = on != 0; }
+int replayssm_launch_pdl(void) { return capi::t_launch_pdl ? 1 : 0; }
 const char* replayssm_last_error(void) { return capi::t_message.c_str(); }
 const char* replayssm_last_error_argument(void) { return capi::t_argument.c_str(); }
 

@@ -26,9 +26,10 @@ int replayssm_mamba2_decode(int heads, int headdim, int dstate, int groups, cons
                             const DLTensor* dt_bias, const DLTensor* D, int dt_softplus, const DLTensor* state,
                             const DLTensor* slot_idx, const DLTensor* out, void* stream) {
   return guarded([&] {
-    mamba2::decode({{heads, headdim, dstate, groups}, inputs(x, dt, B, C, z), weights(A, dt_bias, D, dt_softplus),
-                    view(state, "state"), view(slot_idx, "slot_idx"), view(out, "out")},
-                   stream);
+    mamba2::DecodeArgs a{{heads, headdim, dstate, groups}, inputs(x, dt, B, C, z), weights(A, dt_bias, D, dt_softplus),
+                         view(state, "state"), view(slot_idx, "slot_idx"), view(out, "out")};
+    a.pdl = capi::t_launch_pdl;
+    mamba2::decode(a, stream);
   });
 }
 

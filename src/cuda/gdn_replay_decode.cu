@@ -396,17 +396,8 @@ void gdn_replay_decode(const GdnReplayParams& p, Stream stream) {
       const int rb = flush_rows_per_cta((long long)gx * p.step.rows, sizeof(ST) == 4 ? 4 : 3);
       // A programmatic dependent of the append launch (L > 1): its CTAs start while the append kernel
       // runs (the rows are disjoint) instead of one launch latency after it (batch 1-8: a few us per step).
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(gx, unsigned((p.step.rows + rb - 1) / rb));
-      cfg.blockDim = dim3(block);
-      cfg.dynamicSmemBytes = smem;
-      cfg.stream = st;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attr[0].val.programmaticStreamSerializationAllowed = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = L > 1 && gdn_pdl() ? 1 : 0;
-      check_cuda(cudaLaunchKernelEx(&cfg, gdn_replay_flush_kernel<ST, K>, p, slices, rb), "gdn_replay_decode");
+      launch_kernel(gdn_replay_flush_kernel<ST, K>, dim3(gx, unsigned((p.step.rows + rb - 1) / rb)), dim3(block), smem,
+                    st, L > 1 && gdn_pdl(), "gdn_replay_decode", p, slices, rb);
     });
   });
   check_launch("gdn_replay_decode");

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "cuda/common.cuh"
 #include "cuda/env_choice.hpp"
@@ -23,6 +24,36 @@ template <class Kernel>
 inline void allow_dynamic_smem(Kernel* kernel, size_t smem, const char* what) {
   if (smem > 0)
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), what);
+}
+
+// Programmatic dependent launch (sm_90; DecodeArgs::pdl, as FlashInfer's enable_pdl): the kernel's CTAs may start
+// while the previous kernel of the stream is still running. The classic decode kernels launched this way read only
+// slot_idx and issue only their state loads before griddep_wait() (the producer of x, dt, B, C is still writing
+// them), and trigger their own dependents only after that wait, so at most two kernels of a chain overlap. (The
+// wait is a compiler barrier: placed inside the replay and verify kernels it cost 2-10 % with pdl off, so they have
+// none; docs/notes-mamba2-cuda.md, twentieth session.)
+// REPLAYSSM_PDL=0|1 forces it off / on for every such launch (to A/B an engine without changing it).
+inline bool use_pdl(bool requested) {
+  const int f = env_choice("REPLAYSSM_PDL", {"0", "1"});
+  return f >= 0 ? f == 1 : requested;
+}
+
+// kernel<<<grid, block, smem, st>>>(args...), as a programmatic dependent of the stream's previous kernel when pdl
+// (callers pass use_pdl(flag) for the ops' flag).
+template <class... KArgs, class... Args>
+inline void launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl,
+                          const char* what, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  check_cuda(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), what);
 }
 
 inline int sm_count() {

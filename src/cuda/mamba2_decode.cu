@@ -41,6 +41,8 @@ classic_decode_kernel(const Mamba2StepParams p, const int tiles_per_cta, const i
 
   uint4 raw[2][NG];
   load_tile_rows<ST, N>(raw, S, pr, ok, t);
+  griddep_wait();  // pdl: the producer of x, dt, B, C, z has finished (launch_util.cuh, launch_kernel)
+  griddep_launch_dependents();
 
   const int grp = h / (p.heads / p.groups);
   const AT* x = static_cast<const AT*>(p.x) + int64_t(row) * p.x_tok + int64_t(h) * p.x_head;
@@ -142,6 +144,8 @@ classic_stream_kernel(const Mamba2StepParams p, const int stages) {
       if (blockIdx.x + s * gridDim.x < items) issue(blockIdx.x + s * gridDim.x, s);
   }
   __syncthreads();
+  griddep_wait();  // pdl: only slot_idx and the state were read above
+  griddep_launch_dependents();
 
   // The next item's small inputs are fetched into registers while the current item computes, so
   // their latency is hidden as well (each thread holds 2 of the N entries of B and C).
@@ -297,7 +301,8 @@ void mamba2_decode(const Mamba2StepParams& p, Stream stream) {
         with_dstate(p.dstate, [&](auto n) {
           auto* kernel = classic_stream_kernel<ST, AT, decltype(n)::value>;
           allow_dynamic_smem(kernel, plan.smem, "mamba2_decode");
-          kernel<<<ctas, threads, plan.smem, st>>>(p, plan.stages);
+          launch_kernel(kernel, dim3(ctas), dim3(threads), plan.smem, st, use_pdl(p.pdl), "mamba2_decode", p,
+                        plan.stages);
         });
       });
     });
@@ -312,7 +317,8 @@ void mamba2_decode(const Mamba2StepParams& p, Stream stream) {
     with_float_type(p.act, "x", [&](auto a) {
       using AT = decltype(a);
       with_dstate(p.dstate, [&](auto n) {
-        classic_decode_kernel<ST, AT, decltype(n)::value><<<grid, block, 0, st>>>(p, sp.tiles_per_cta, sp.chunks);
+        launch_kernel(classic_decode_kernel<ST, AT, decltype(n)::value>, grid, block, 0, st, use_pdl(p.pdl),
+                      "mamba2_decode", p, sp.tiles_per_cta, sp.chunks);
       });
     });
   });

@@ -69,6 +69,8 @@ classic_wide_kernel(const Mamba2StepParams p, const int chunks) {
 #pragma unroll
   for (int k = 0; k < CPL; ++k)
     raw[k] = ok ? V::load_raw(S + (j + k * LPR) * VEC) : make_uint4(0, 0, 0, 0);
+  griddep_wait();  // pdl: the producer of the step's inputs has finished (launch_util.cuh, launch_kernel)
+  griddep_launch_dependents();
 
   // 2. the step's inputs, right behind the state loads.
   const int grp = h / (p.heads / p.groups);
@@ -130,7 +132,8 @@ void launch_wide(const Mamba2StepParams& p, cudaStream_t st) {
     warps /= 2;
   }
   const dim3 grid(unsigned(p.heads * chunks), unsigned(p.rows));
-  classic_wide_kernel<ST, AT, N, COLS, MINB><<<grid, unsigned(32 * warps), 0, st>>>(p, chunks);
+  launch_kernel(classic_wide_kernel<ST, AT, N, COLS, MINB>, grid, dim3(unsigned(32 * warps)), 0, st, use_pdl(p.pdl),
+                "mamba2_decode", p, chunks);
 }
 
 // B and C chunks are read with vector loads: every (row, group) start must be 16-byte aligned.

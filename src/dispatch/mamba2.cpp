@@ -79,6 +79,7 @@ void decode(const DecodeArgs& a, Stream stream) {
 
   Mamba2StepParams p;
   fill_step(p, a.geo, a.in, a.w, a.out, info.act, info.tokens, info.tokens, a.slot_idx, a.state);
+  p.pdl = a.pdl;
   if (info.dev.type == DeviceType::cuda) {
 #if defined(REPLAYSSM_WITH_CUDA)
     cuda::mamba2_decode(p, stream);

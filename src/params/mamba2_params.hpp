@@ -33,6 +33,10 @@ struct Mamba2StepParams {
   void* state = nullptr;
   int64_t state_slot = 0;
   int64_t slots = 0;
+
+  // Launch as a programmatic dependent of the stream's previous kernel (CUDA, the classic decode only:
+  // DecodeArgs::pdl).
+  bool pdl = false;
 };
 
 // ReplaySSM caches (standard: R = L, linear; speculative: R = next_pow2(history + window), circular).

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "replayssm/c_api.h"
@@ -79,6 +80,24 @@ TEST(CApi, Mamba2DecodeMatchesTheCppOp) {
   EXPECT_EQ(c.out.data, cpp.out.data);
   EXPECT_EQ(c.state.data, cpp.state.data);
   EXPECT_EQ(c.out.data[Step::H * Step::P], -7.f);  // padding row untouched
+}
+
+// replayssm_set_launch_pdl holds a flag per thread (the pdl flag of mamba2_decode); on CPU
+// tensors it changes nothing.
+TEST(CApi, LaunchPdlIsPerThreadAndExactOnTheCpu) {
+  EXPECT_EQ(replayssm_launch_pdl(), 0);
+  Step plain, with_pdl;
+  ASSERT_EQ(plain.run_c(), REPLAYSSM_OK) << replayssm_last_error();
+  replayssm_set_launch_pdl(1);
+  EXPECT_EQ(replayssm_launch_pdl(), 1);
+  int other = -1;
+  std::thread([&] { other = replayssm_launch_pdl(); }).join();
+  EXPECT_EQ(other, 0) << "the flag leaked to another thread";
+  ASSERT_EQ(with_pdl.run_c(), REPLAYSSM_OK) << replayssm_last_error();
+  replayssm_set_launch_pdl(0);
+  EXPECT_EQ(replayssm_launch_pdl(), 0);
+  EXPECT_EQ(with_pdl.out.data, plain.out.data);
+  EXPECT_EQ(with_pdl.state.data, plain.state.data);
 }
 
 TEST(CApi, ErrorsNameTheArgumentAndWriteNothing) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "device_tensor.hpp"
+#include "late_writer.hpp"
 #include "replayssm/cursor.hpp"
 #include "replayssm/mamba2.hpp"
 #include "support/host_tensor.hpp"
@@ -51,6 +52,10 @@ struct WorldConfig {
   bool gate = true, dt_f32 = false, bias = true, skip = true;
   mamba2::Route route = mamba2::Route::output_only;
   uint64_t seed = 1;
+  // The classic op's pdl flag (DecodeArgs::pdl), on a stream of its own: every step's device inputs are poisoned (NaN bytes) and written by
+  // a producer kernel (late_writer.hpp) that lets the op start first and writes them pdl_spin_ns later.
+  bool pdl = false;
+  long long pdl_spin_ns = 100000;
 };
 
 // The oracle's per-slot caches (float64, holding exactly the values the kernels store).
@@ -290,12 +295,34 @@ class World {
     return true;
   }
 
+  // pdl: the device inputs become NaN bytes; the producer kernel writes the true ones after the op has started.
+  std::unique_ptr<BehindProducer> inputs_behind_producer(Inputs& in) {
+    std::vector<std::pair<void*, size_t>> bufs;
+    for (auto* d : {in.dx.get(), in.ddt.get(), in.dB.get(), in.dC.get(), in.dz.get()})
+      if (d) bufs.emplace_back(d->data(), d->bytes());
+    if (!pdl_stream) cuda_ok(cudaStreamCreateWithFlags(&pdl_stream, cudaStreamNonBlocking), "stream");
+    return std::make_unique<BehindProducer>(bufs, c.pdl_spin_ns, pdl_stream);
+  }
+  ~World() {
+    if (pdl_stream) cudaStreamDestroy(pdl_stream);
+  }
+  cudaStream_t pdl_stream = nullptr;
+
   // One full step: GPU (public API on CUDA tensors), CPU (same call on host copies), oracle.
   // Then advance cursors on both (replay only).
   Errs step(bool classic, bool with_cpu = true, bool advance = true) {
     Inputs in = make_inputs();
-    if (classic) mamba2::decode(classic_args(in, true));
-    else mamba2::replay_decode(replay_args(in, true));
+    std::unique_ptr<BehindProducer> producer;  // held until the step's synchronisation below
+    if (c.pdl && classic) {
+      producer = inputs_behind_producer(in);
+      auto ca = classic_args(in, true);
+      ca.pdl = true;
+      mamba2::decode(ca, pdl_stream);
+    } else if (classic) {
+      mamba2::decode(classic_args(in, true));
+    } else {
+      mamba2::replay_decode(replay_args(in, true));
+    }
     cuda_ok(cudaDeviceSynchronize(), "step");
     HTP gout = mk(c.ad, {R, H, P}, 8);
     in.dout->download(*gout);

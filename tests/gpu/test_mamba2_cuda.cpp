@@ -119,6 +119,62 @@ TEST(CudaMamba2Classic, WideTileAllDtypePairs) {
   }
 }
 
+// The classic op's pdl flag (programmatic dependent launch): the kernel starts while the producer of its inputs still runs,
+// issues its state loads, and reads everything else after griddepcontrol.wait. Each step's device inputs are NaN
+// bytes until a producer kernel, which lets the op start at once, writes the true ones 100 us later
+// (WorldConfig::pdl). First the harness shows its teeth: a dependent that reads without waiting sees the stale bytes.
+// Then every classic schedule (the flag is the classic step's only: mamba2.hpp, DecodeArgs::pdl).
+TEST(CudaMamba2Pdl, InputsReadAfterTheProducer) {
+  NEED_GPU();
+  set_device_validation(false);  // its index copies to the host would wait for the producer
+  {
+    unsigned *dst = nullptr, *src = nullptr, *seen_dev = nullptr;
+    const unsigned stale = 0xdeadbeefu, fresh = 0x12345678u;
+    cuda_ok(cudaMalloc(&dst, 4), "cudaMalloc");
+    cuda_ok(cudaMalloc(&src, 4), "cudaMalloc");
+    cuda_ok(cudaMalloc(&seen_dev, 4), "cudaMalloc");  // before the producer: cudaMalloc may synchronize
+    cuda_ok(cudaMemcpy(dst, &stale, 4, cudaMemcpyHostToDevice), "H2D");
+    cuda_ok(cudaMemcpy(src, &fresh, 4, cudaMemcpyHostToDevice), "H2D");
+    cudaStream_t s = nullptr;
+    cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+    // Both kernels once first: under lazy module loading (the CUDA 12.2+ default) a kernel's first launch loads it,
+    // and the load may wait for the running kernel, so the first pair never overlaps (seen in run 2 of the
+    // nineteenth session and again in the twentieth). dst is reset to the stale value after.
+    LateCopies warm;
+    warm.add(seen_dev, dst, 4);
+    launch_late_copies(warm, 0, s);
+    probe_before_wait(dst, seen_dev, s);
+    LateCopies lc;
+    lc.add(dst, src, 4);
+    launch_late_copies(lc, 200000, s);
+    const unsigned seen = probe_before_wait(dst, seen_dev, s);
+    unsigned after = 0;
+    cuda_ok(cudaMemcpy(&after, dst, 4, cudaMemcpyDeviceToHost), "D2H");
+    cudaStreamDestroy(s);
+    cudaFree(dst);
+    cudaFree(src);
+    cudaFree(seen_dev);
+    ASSERT_EQ(seen, stale) << "a dependent launch did not overlap the producer: the checks below would have no teeth";
+    ASSERT_EQ(after, fresh);
+  }
+  for (const char* tile : {"wide", "narrow", "deep"}) {
+    const ScopedEnv force("REPLAYSSM_M2_CLASSIC_TILE", tile);
+    for (DType sd : {DType::f32, DType::bf16}) {
+      WorldConfig c;
+      c.geo = {96, 80, 128, 8}; c.sd = sd; c.L = 1; c.rows = 5; c.pad_rows = 2; c.pdl = true; c.seed = 700 + int(sd);
+      SCOPED_TRACE(std::string("classic ") + tile + " " + dn(sd));
+      run_case(c, 2, true);
+    }
+  }
+  {
+    const ScopedEnv streamed("REPLAYSSM_CLASSIC_STREAMED", "1");
+    WorldConfig c;
+    c.geo = {32, 64, 128, 2}; c.L = 1; c.rows = 24; c.pad_rows = 3; c.pdl = true; c.seed = 710;
+    SCOPED_TRACE("classic streamed");
+    run_case(c, 2, true);
+  }
+}
+
 TEST(CudaMamba2Replay, AllDtypePairsBothRoutes) {
   NEED_GPU();
   for (auto route : {mamba2::Route::output_only, mamba2::Route::state_and_output})

@@ -141,6 +141,22 @@ def test_decode_unsharded_super_without_optional_weights(device):
     assert rel_err(state[wd.live_slots], S) <= state_tol(torch.float32)
 
 
+def test_pdl_flag_gives_the_same_steps_and_is_restored(device):
+    """pdl=True on mamba2_decode (programmatic dependent launch on CUDA, ignored on the CPU): the same truth, and the
+    thread's launch flag is back to off after each call."""
+    from replayssm._lib import lib
+    pair = (torch.float32, torch.bfloat16)
+    wd = World(GEOMETRIES["super/tp8"], *pair, device, seed=3)
+
+    def decode(tok, state, out):
+        ops.mamba2_decode(tok["x"], tok["dt"], tok["B"], tok["C"], wd.w["A"], state, wd.slot_idx, out, pdl=True,
+                          **wd.kw(tok))
+        assert lib.replayssm_launch_pdl() == 0
+
+    errs, state_err = decode_stream(wd, 3, decode)
+    assert max(errs) <= out_tol(*pair) and state_err <= state_tol(pair[0])
+
+
 # ---------------- ReplaySSM standard decode ----------------
 
 

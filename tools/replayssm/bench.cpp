@@ -35,7 +35,8 @@ nlohmann::json timing_json(const bench::Timing& t, double copy, double classic_u
 void print_and_save(const bench::Report& rep, const std::string& json_path) {
   const double cp = rep.copy_tbps;
   std::printf("\nreplayssm bench on %s; device-to-device copy %.2f TB/s (read + write); read-only stream %.2f TB/s; "
-              "dt %s\n", rep.device.c_str(), cp, rep.read_tbps, rep.dt_act ? "in the activation dtype" : "fp32");
+              "dt %s%s\n", rep.device.c_str(), cp, rep.read_tbps, rep.dt_act ? "in the activation dtype" : "fp32",
+              rep.pdl ? "; classic step launched with pdl (programmatic dependent launch)" : "");
   std::printf("times: median us per step; TB/s by the kernels' own byte count; %%copy = fraction of copy bandwidth; "
               "x = time / classic time\n");
   std::printf("amort = one layer, cursors advanced after it; model = per layer of `lay` layers sharing one cursor\n"
@@ -63,6 +64,7 @@ void print_and_save(const bench::Report& rep, const std::string& json_path) {
   j["copy_tbps"] = cp;
   j["read_tbps"] = rep.read_tbps;
   j["dt_dtype"] = rep.dt_act ? "act" : "f32";
+  j["pdl"] = rep.pdl;
   j["results"] = nlohmann::json::array();
   for (const auto& r : rep.results) {
     const double c = r.classic.us;
@@ -101,6 +103,7 @@ void register_bench(CLI::App& app) {
     int replays = 9;
     double rotate_mb = 256;
     std::string dt = "f32";
+    bool pdl = false;
   };
   auto c = std::make_shared<Cli>();
   cmd->add_option("--model", c->models, "Mamba-2 presets (default: the three Nemotron-3 models)");
@@ -114,6 +117,8 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--rotate-mb", c->rotate_mb, "rotate input/cache sets so one pass touches at least this many MB");
   cmd->add_option("--dt", c->dt, "dtype of the dt input: f32, or act (the activation dtype, as engines often pass it)")
       ->check(CLI::IsMember({"f32", "act"}))->capture_default_str();
+  cmd->add_flag("--pdl", c->pdl,
+                "launch the classic decode step as a programmatic dependent of the previous kernel (DecodeArgs::pdl)");
   cmd->callback([c]() {
 #if defined(REPLAYSSM_WITH_CUDA)
     if (cuda_device_count() == 0) throw Error("bench", "no CUDA device is visible; try `replayssm demo` for the CPU backend");
@@ -126,6 +131,7 @@ void register_bench(CLI::App& app) {
     o.replays = std::max(3, c->replays);
     o.rotate_mb = c->rotate_mb;
     o.dt_act = c->dt == "act";
+    o.pdl = c->pdl;
     for (const auto& s : c->dtypes) {
       const auto slash = s.find('/');
       if (slash == std::string::npos) throw Error("--dtypes", "expected state/act, e.g. f32/bf16, got '" + s + "'");

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <type_traits>
@@ -155,6 +156,7 @@ Result run_case(const std::string& model, const Mamba2Geometry& geo, int tp, int
     p.out = S.out->p; p.out_tok = int64_t(H) * P; p.out_head = P;
     p.slot_idx = static_cast<const int32_t*>(S.slot->p);
     p.state = S.state->p; p.state_slot = int64_t(H) * P * N; p.slots = batch;
+    p.pdl = o.pdl;  // consecutive launches touch different sets, as the flag's contract asks
     Mamba2RingParams& r = S.ring;
     r.ring = L;
     r.x_ring = S.xr->p; r.xr_slot = int64_t(H) * L * P;
@@ -369,6 +371,8 @@ Report run_cuda(const Options& o) {
   rep.copy_tbps = copy_bandwidth_tbps();
   rep.read_tbps = read_bandwidth_tbps();
   rep.dt_act = o.dt_act;
+  const char* pdl_env = std::getenv("REPLAYSSM_PDL");  // the library's override (launch_util.cuh, use_pdl)
+  rep.pdl = pdl_env && *pdl_env ? std::string(pdl_env) == "1" : o.pdl;
   std::fprintf(stderr, "device %s, %d SMs, L2 %d MB; device-to-device copy %.2f TB/s (read + write); read-only stream %.2f TB/s\n",
                prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, rep.copy_tbps, rep.read_tbps);
   cudaStream_t st;

@@ -1,0 +1,58 @@
+// Test producers for programmatic dependent launch (late_writer.cu).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "device_tensor.hpp"
+
+namespace replayssm::test {
+
+struct LateCopies {
+  static constexpr int kMax = 6;
+  int n = 0;
+  void* dst[kMax] = {};
+  const void* src[kMax] = {};
+  size_t bytes[kMax] = {};
+  void add(void* d, const void* s, size_t b) {
+    if (n == kMax) throw std::runtime_error("LateCopies: at most 6 buffers");
+    dst[n] = d; src[n] = s; bytes[n] = b; ++n;
+  }
+};
+
+// Triggers its dependents at once, spins spin_ns, then copies src -> dst for every buffer.
+void launch_late_copies(const LateCopies& c, long long spin_ns, cudaStream_t st = nullptr);
+
+// Device buffers (pointer, bytes) that a late producer writes: each buffer's true bytes are copied aside, the buffer is
+// filled with NaN bytes, and on `st` a producer kernel that lets its dependents start at once writes the true bytes back
+// spin_ns later. The op launched next on `st` with the pdl flag must read them only after its griddepcontrol.wait.
+// The object owns the copies; keep it until the stream is synchronised.
+class BehindProducer {
+ public:
+  BehindProducer(const std::vector<std::pair<void*, size_t>>& bufs, long long spin_ns, cudaStream_t st) {
+    LateCopies lc;
+    for (const auto& [dst, bytes] : bufs) {
+      if (!dst || bytes == 0) continue;
+      void* s = nullptr;
+      cuda_ok(cudaMalloc(&s, bytes), "cudaMalloc");
+      staged_.emplace_back(s, &cudaFree);
+      cuda_ok(cudaMemcpy(s, dst, bytes, cudaMemcpyDeviceToDevice), "D2D");
+      cuda_ok(cudaMemset(dst, 0xff, bytes), "memset");
+      lc.add(dst, s, bytes);
+    }
+    cuda_ok(cudaDeviceSynchronize(), "sync");  // nothing below may synchronise the device before the op is launched
+    launch_late_copies(lc, spin_ns, st);
+  }
+
+ private:
+  std::vector<std::unique_ptr<void, cudaError_t (*)(void*)>> staged_;
+};
+
+// A dependent (PDL) launch that reads the first 4 bytes of buf without waiting for the previous kernel into the device
+// word `seen`; returns them. Allocate `seen` before launching the producer: cudaMalloc may synchronize the device.
+unsigned probe_before_wait(const void* buf, unsigned* seen, cudaStream_t st = nullptr);
+
+}  // namespace replayssm::test
