@@ -1,0 +1,177 @@
+// The stream harnesses of the CUDA GDN tests (gdn_cuda_harness.hpp).
+#include "gdn_cuda_harness.hpp"
+
+namespace replayssm::test::gdn_cuda {
+
+Stats replay_stream(const Cfg& c, const Hook& before_step) {
+  std::mt19937_64 rng(c.seed);
+  DevWeights w(make_weights(c.geo, rng));
+  ReplayCaches cpu = make_caches(c.geo, c.sd, c.rd, c.slots, c.L, 1, rng);
+  if (c.stagger)
+    for (int s = 0; s < int(c.slots); ++s) {
+      const int w0 = s % c.L;
+      cpu.cursor.set_flat(s, w0);
+      for (int j = 0; j < w0; ++j) {
+        for (int hv = 0; hv < c.geo.v_heads; ++hv) {
+          cpu.g_ring.set({s, hv, j}, 0.0);
+          for (int v = 0; v < c.geo.head_v_dim; ++v) cpu.d_ring.set({s, hv, j, v}, 0.0);
+        }
+        for (int h = 0; h < c.geo.k_heads; ++h)
+          for (int x = 0; x < c.geo.head_k_dim; ++x) cpu.k_ring.set({s, h, j, x}, 0.25 - 0.5 * ((x + j + s) % 2));
+      }
+    }
+  DevCaches gpu(cpu);
+  HostTensor truth = to_f64_pool(cpu.checkpoint);
+  HostTensor sidx = i32(c.ids);
+  DeviceTensor dsidx(sidx);
+  const auto live = live_rows(c.ids);
+  const int64_t rows = int64_t(c.ids.size());
+  Stats st;
+  // Device token / out buffers are allocated once (same shapes every step) and refilled.
+  DevTokens tok(make_tokens(c.geo, c.ad, rows, rng));
+  Mir out_gpu(make_out(c.geo, c.ad, rows));
+  for (int step = 0; step < c.steps; ++step) {
+    if (before_step) before_step(step, gpu);
+    if (step > 0) {
+      tok.t = make_tokens(c.geo, c.ad, rows, rng);
+      tok.qkv.assign(tok.t.qkv);
+      tok.a.assign(tok.t.a);
+      tok.b.assign(tok.t.b);
+      out_gpu.h.fill(7.0);
+      out_gpu.up();
+    }
+    HostTensor out_cpu = make_out(c.geo, c.ad, rows);
+    std::vector<char> fl(size_t(rows), 0), ap(size_t(rows), 0);
+    for (int r : live) (int(cpu.cursor.at({c.ids[size_t(r)]})) == c.L - 1 ? fl : ap)[size_t(r)] = 1;
+    if (c.with_cpu) G::replay_decode({c.geo, tok.t.view(), w.w.view(), cpu.view(), sidx.view(), out_cpu.view()});
+    G::replay_decode({c.geo, tok.view(), w.view(), gpu.view(), dsidx.view(), out_gpu.d.view()});
+    out_gpu.down();
+    HostTensor ref_out = make_out(c.geo, DType::f64, rows);
+    HostTensor app = masked(c.ids, ap), fls = masked(c.ids, fl);
+    ref::RefArgs ra = ref_args(c.geo, tok.t.view(), w.w, truth, app, ref_out);
+    ra.update_round = c.rd;
+    ref::decode_step(ra);
+    ra.slot_idx = fls.view();
+    ra.update_round = DType::f64;
+    ref::decode_step(ra);
+    const auto got = rows_values(out_gpu.h, live);
+    const double e = max_err(got, rows_values(ref_out, live));
+    st.out_ref = std::max(st.out_ref, e);
+    if (step < c.steps / 8 + 1) st.first = std::max(st.first, e);
+    if (step >= c.steps - c.steps / 8 - 1) st.last = std::max(st.last, e);
+    if (c.with_cpu) st.out_cpu = std::max(st.out_cpu, max_err(got, rows_values(out_cpu, live)));
+    st.pads_ok = st.pads_ok && pad_untouched(out_gpu.h, c.ids);
+    bool any_flush = false;
+    for (int r : live) any_flush |= fl[size_t(r)] != 0;
+    if (any_flush) {
+      gpu.ck->down();
+      for (int r : live)
+        if (fl[size_t(r)]) {
+          const int s = c.ids[size_t(r)];
+          round_slot(truth, s, c.sd);
+          st.ck_ref = std::max(st.ck_ref, max_err(slot_values(gpu.ck->h, s), slot_values(truth, s)));
+          if (c.with_cpu) st.ck_cpu = std::max(st.ck_cpu, max_err(slot_values(gpu.ck->h, s), slot_values(cpu.checkpoint, s)));
+          ++st.flushes;
+        }
+    }
+    advance_cursors(cpu.cursor.view(), sidx.view(), c.L);
+    advance_cursors(gpu.cur->d.view(), dsidx.view(), c.L);
+  }
+  gpu.down();
+  if (c.with_cpu) {
+    st.rings_cpu = std::max({nan_aware_err(gpu.d->h, cpu.d_ring), nan_aware_err(gpu.k->h, cpu.k_ring),
+                             nan_aware_err(gpu.g->h, cpu.g_ring)});
+    st.cursors_eq = gpu.cur->h.bytes() == cpu.cursor.bytes();
+  }
+  return st;
+}
+
+Stats spec_stream(const Cfg& c) {
+  std::mt19937_64 rng(c.seed);
+  const int rows = int(c.ids.size()), T = c.spec.window;
+  DevWeights w(make_weights(c.geo, rng));
+  ReplayCaches cpu = make_caches(c.geo, c.sd, c.rd, c.slots, c.spec.ring_len(), 2, rng);
+  DevCaches gpu(cpu);
+  HostTensor truth = to_f64_pool(cpu.checkpoint);
+  HostTensor sidx = i32(c.ids);
+  DeviceTensor dsidx(sidx);
+  Stats st;
+  std::uniform_int_distribution<int> len(0, T);
+  for (int step = 0; step < c.steps; ++step) {
+    std::vector<int32_t> qsl(size_t(rows) + 1, 0);
+    for (int r = 0; r < rows; ++r) {
+      int n = len(rng);
+      if (n == 0 && step % 7 != 3) n = T;  // empty windows now and then
+      qsl[size_t(r) + 1] = qsl[size_t(r)] + n;
+    }
+    const int64_t tokens = qsl.back();
+    DevTokens tok(make_tokens(c.geo, c.ad, std::max<int64_t>(tokens, 1), rng));
+    const G::TokenInputs hin = slice(tok.t.view(), 0, tokens), din = slice(tok.view(), 0, tokens);
+    HostTensor out_cpu = make_out(c.geo, c.ad, tokens);
+    Mir out_gpu(make_out(c.geo, c.ad, std::max<int64_t>(tokens, 1)));
+    TensorView dout = out_gpu.d.view();
+    dout.shape[0] = tokens;
+    Mir qsl_t(i32(qsl));
+    std::vector<int> flushed;
+    for (int r = 0; r < rows; ++r) {
+      const int s = c.ids[size_t(r)];
+      if (s < 0 || qsl[size_t(r) + 1] == qsl[size_t(r)]) continue;
+      const int wv = int(cpu.cursor.at({s, 0}));
+      if (c.spec.flush_due(wv) && wv > 0) {
+        round_slot(truth, s, c.sd);
+        flushed.push_back(s);
+      }
+    }
+    if (c.with_cpu) G::spec_verify({c.geo, c.spec, hin, w.w.view(), cpu.spec_view(), sidx.view(), qsl_t.h.view(), out_cpu.view()});
+    G::spec_verify({c.geo, c.spec, din, w.view(), gpu.spec_view(), dsidx.view(), qsl_t.d.view(), dout});
+    out_gpu.down();
+    if (!flushed.empty()) {
+      gpu.ck->down();
+      for (int s : flushed) {
+        st.ck_ref = std::max(st.ck_ref, max_err(slot_values(gpu.ck->h, s), slot_values(truth, s)));
+        if (c.with_cpu) st.ck_cpu = std::max(st.ck_cpu, max_err(slot_values(gpu.ck->h, s), slot_values(cpu.checkpoint, s)));
+        ++st.flushes;
+      }
+    }
+    HostTensor ref_out = make_out(c.geo, DType::f64, std::max<int64_t>(tokens, 1));
+    HostTensor trace(DType::f64, {std::max<int64_t>(tokens, 1), c.geo.v_heads, c.geo.head_v_dim, c.geo.head_k_dim});
+    HostTensor scratch = clone(truth);
+    ref::RefArgs ra = ref_args(c.geo, hin, w.w, scratch, sidx, ref_out);
+    TensorView ro = ref_out.view(); ro.shape[0] = tokens; ra.out = ro;
+    TensorView tr = trace.view(); tr.shape[0] = tokens;
+    ra.query_start_loc = qsl_t.h.view();
+    ra.state_trace = tr;
+    ra.update_round = c.rd;
+    if (tokens > 0) ref::decode_sequence(ra);
+    std::vector<int> live_tok;
+    std::vector<int32_t> acc(size_t(rows), 0);
+    for (int r = 0; r < rows; ++r) {
+      const int n = qsl[size_t(r) + 1] - qsl[size_t(r)];
+      acc[size_t(r)] = n == 0 ? 0 : std::uniform_int_distribution<int>(1, n)(rng);
+      const int s = c.ids[size_t(r)];
+      if (s < 0 || n == 0) continue;
+      for (int t = qsl[size_t(r)]; t < qsl[size_t(r) + 1]; ++t) live_tok.push_back(t);
+      copy_slot(trace, qsl[size_t(r)] + acc[size_t(r)] - 1, truth, s);
+    }
+    if (!live_tok.empty()) {
+      const auto got = rows_values(out_gpu.h, live_tok);
+      const double e = max_err(got, rows_values(ref_out, live_tok));
+      st.out_ref = std::max(st.out_ref, e);
+      if (step < c.steps / 8 + 1) st.first = std::max(st.first, e);
+      if (step >= c.steps - c.steps / 8 - 1) st.last = std::max(st.last, e);
+      if (c.with_cpu) st.out_cpu = std::max(st.out_cpu, max_err(got, rows_values(out_cpu, live_tok)));
+    }
+    Mir acc_t(i32(acc));
+    commit_cursors(cpu.cursor.view(), sidx.view(), acc_t.h.view(), qsl_t.h.view(), c.spec);
+    commit_cursors(gpu.cur->d.view(), dsidx.view(), acc_t.d.view(), qsl_t.d.view(), c.spec);
+  }
+  gpu.down();
+  if (c.with_cpu) {
+    st.rings_cpu = std::max({nan_aware_err(gpu.d->h, cpu.d_ring), nan_aware_err(gpu.k->h, cpu.k_ring),
+                             nan_aware_err(gpu.g->h, cpu.g_ring)});
+    st.cursors_eq = gpu.cur->h.bytes() == cpu.cursor.bytes();
+  }
+  return st;
+}
+
+}  // namespace replayssm::test::gdn_cuda

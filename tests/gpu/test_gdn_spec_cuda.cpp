@@ -1,0 +1,143 @@
+// CUDA Gated DeltaNet speculative verify + commit (issue 6): random-acceptance streams against the CPU backend and
+// the float64 truth of the accepted stream, production geometry, CTA shapes, items per CTA, warp rows (the harness:
+// gdn_cuda_harness.hpp).
+#include "gdn_cuda_harness.hpp"
+
+namespace replayssm::test {
+namespace {
+
+using namespace gdn_cuda;
+
+struct SpecCase {
+  DType sd, ad, rd;
+  int history, window, steps;
+  double out_tol, state_tol;  // vs the float64 truth (tests/cpu/test_gdn_spec.cpp values, x2)
+};
+
+// A speculative stream within the case's bounds: outputs, checkpoint and rings against the float64 truth
+// and the CPU backend, cursors equal, at least one flush.
+void expect_spec_stream_ok(const Stats& s, const SpecCase& sc) {
+    EXPECT_LE(s.out_ref, sc.out_tol);
+    EXPECT_LE(s.ck_ref, sc.state_tol);
+    EXPECT_LE(s.out_cpu, sc.out_tol);
+    EXPECT_LE(s.ck_cpu, sc.state_tol);
+    EXPECT_LE(s.rings_cpu, sc.out_tol);
+    EXPECT_TRUE(s.cursors_eq);
+    EXPECT_GT(s.flushes, 0);
+}
+
+TEST(CudaGdnSpec, StreamsRandomAcceptance) {
+  NEED_GPU();
+  const SpecCase cases[] = {{DType::f32, DType::f32, DType::f32, 16, 4, 520, 4e-5, 4e-5},
+                            {DType::f32, DType::bf16, DType::bf16, 16, 4, 120, 5e-2, 2.4e-2},
+                            {DType::f32, DType::f16, DType::f32, 16, 8, 120, 4e-3, 4e-5},
+                            {DType::bf16, DType::bf16, DType::bf16, 12, 6, 120, 8e-2, 5e-2},
+                            {DType::f16, DType::f32, DType::f32, 8, 8, 120, 6e-3, 6e-3},
+                            {DType::f32, DType::bf16, DType::f32, 26, 6, 120, 5e-2, 4e-5}};
+  for (const auto& sc : cases) {
+    Cfg c;
+    c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
+    c.geo = {1, 2, 128, 64}; c.ids = {4, -1, 1, 2}; c.slots = 6; c.seed = 77 + sc.window;
+    const Stats s = spec_stream(c);
+    std::printf("  [spec %s/%s ring %s B=%d T=%d steps %d] out %.2e (cpu %.2e, tol %.1e) ckpt %.2e (cpu %.2e) rings %.2e flushes %d\n",
+                dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(), sc.history, sc.window, sc.steps, s.out_ref, s.out_cpu,
+                sc.out_tol, s.ck_ref, s.ck_cpu, s.rings_cpu, s.flushes);
+    expect_spec_stream_ok(s, sc);
+  }
+}
+
+TEST(CudaGdnSpec, ProductionGeometry) {
+  NEED_GPU();
+  for (const auto& pr : gdn_presets()) {
+    Cfg c;
+    c.geo = pr.geo.shard(2); c.sd = DType::f32; c.ad = DType::bf16; c.rd = DType::f32;
+    c.spec = {16, 6}; c.steps = 8; c.ids = {1, -1, 0}; c.slots = 2; c.seed = 31;
+    const Stats s = spec_stream(c);
+    std::printf("  [spec %s] out %.2e (cpu %.2e) ckpt %.2e flushes %d\n", c.geo.to_string().c_str(), s.out_ref, s.out_cpu,
+                s.ck_ref, s.flushes);
+    EXPECT_LE(s.out_ref, 5e-2);
+    EXPECT_LE(s.out_cpu, 5e-2);
+    EXPECT_TRUE(s.cursors_eq);
+  }
+}
+
+// Every CTA shape of the verify kernel (1 / 2 / 4 / 8 warps, K = 128 and 64): the small batches
+// above only ever get 1-warp CTAs.
+TEST(CudaGdnSpec, CtaShapes) {
+  NEED_GPU();
+  const SpecCase cases[] = {{DType::f32, DType::f32, DType::f32, 16, 4, 60, 4e-5, 4e-5},
+                            {DType::bf16, DType::bf16, DType::bf16, 12, 6, 60, 8e-2, 5e-2},
+                            {DType::f32, DType::bf16, DType::f32, 26, 6, 60, 5e-2, 4e-5}};
+  for (int warps : {1, 2, 4, 8})
+    for (const GdnGeometry& geo : {GdnGeometry{1, 2, 128, 128}, GdnGeometry{1, 2, 64, 128}})
+      for (const auto& sc : cases) {
+        ForceWarps fw(warps);
+        Cfg c;
+        c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
+        c.geo = geo; c.ids = {4, -1, 1, 2}; c.slots = 6; c.seed = 91 + warps + sc.window;
+        const Stats s = spec_stream(c);
+        std::printf("  [spec warps %d %s %s/%s ring %s B=%d T=%d] out %.2e (cpu %.2e) ckpt %.2e rings %.2e flushes %d\n", warps,
+                    geo.to_string().c_str(), dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(), sc.history, sc.window,
+                    s.out_ref, s.out_cpu, s.ck_ref, s.rings_cpu, s.flushes);
+        SCOPED_TRACE("warps " + std::to_string(warps) + " " + geo.to_string());
+        expect_spec_stream_ok(s, sc);
+      }
+}
+
+// Items per CTA of the verify (1, 2, 4, 8, 16 v-head slices of one k-head, spanning up to 4 v-heads), with
+// 1 / 8 warps, vpk 2 and 4, fp32 and bf16 state: every item's checkpoint, history and outputs in its own
+// stage, the window coefficients per v-head, the g / k ring appends by the right CTA.
+TEST(CudaGdnSpec, ItemsPerCta) {
+  NEED_GPU();
+  const SpecCase cases[] = {{DType::f32, DType::bf16, DType::f32, 16, 4, 30, 5e-2, 4e-5},
+                            {DType::bf16, DType::bf16, DType::bf16, 12, 6, 30, 8e-2, 5e-2}};
+  for (int ipc : {1, 2, 4, 8, 16})
+    for (int warps : {1, 8})
+      for (const GdnGeometry& geo : {GdnGeometry{2, 4, 128, 128}, GdnGeometry{1, 4, 64, 64}})
+        for (const auto& sc : cases) {
+          ForceWarps fw(warps);
+          ForceVerifyIpc fi(ipc);
+          Cfg c;
+          c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
+          c.geo = geo; c.ids = {4, -1, 1, 2}; c.slots = 6; c.seed = 500 + ipc * 8 + warps + sc.window;
+          const Stats s = spec_stream(c);
+          std::printf("  [spec ipc %d warps %d %s %s ring %s] out %.2e (cpu %.2e) ckpt %.2e rings %.2e flushes %d\n", ipc,
+                      warps, geo.to_string().c_str(), dn(c.sd).c_str(), dn(c.rd).c_str(), s.out_ref, s.out_cpu, s.ck_ref,
+                      s.rings_cpu, s.flushes);
+          SCOPED_TRACE("ipc " + std::to_string(ipc) + " warps " + std::to_string(warps) + " " + geo.to_string());
+          expect_spec_stream_ok(s, sc);
+        }
+}
+
+// Both warp shapes of the verify (8 rows: one mma tile; 16 rows: two tiles sharing the window operand, 2 lanes
+// per row in the substitution) for every state dtype: 16 rows is 16-bit state's default and fp32's non-default,
+// 8 rows the other way round. A forced shape that does not fit V falls back (still checked).
+TEST(CudaGdnSpec, WarpRows) {
+  NEED_GPU();
+  const SpecCase cases[] = {{DType::f32, DType::bf16, DType::f32, 16, 4, 30, 5e-2, 4e-5},
+                            {DType::f32, DType::f32, DType::f32, 16, 4, 30, 4e-5, 4e-5},
+                            {DType::bf16, DType::bf16, DType::bf16, 12, 6, 30, 8e-2, 5e-2},
+                            {DType::f16, DType::f32, DType::f32, 8, 8, 30, 6e-3, 6e-3}};
+  const int shapes[3][2] = {{1, 1}, {4, 8}, {16, 4}};  // (items per CTA, warps)
+  for (int wr : {8, 16})
+    for (const auto& sh : shapes)
+      for (const GdnGeometry& geo : {GdnGeometry{2, 4, 128, 128}, GdnGeometry{1, 4, 64, 64}})
+        for (const auto& sc : cases) {
+          ForceVerifyRows fr(wr);
+          ForceVerifyIpc fi(sh[0]);
+          ForceWarps fw(sh[1]);
+          Cfg c;
+          c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
+          c.geo = geo; c.ids = {4, -1, 1, 2}; c.slots = 6; c.seed = 700 + wr + sh[0] * 4 + sh[1] + sc.window;
+          const Stats s = spec_stream(c);
+          std::printf("  [spec rows %d ipc %d warps %d %s %s/%s ring %s] out %.2e (cpu %.2e) ckpt %.2e rings %.2e flushes %d\n",
+                      wr, sh[0], sh[1], geo.to_string().c_str(), dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(),
+                      s.out_ref, s.out_cpu, s.ck_ref, s.rings_cpu, s.flushes);
+          SCOPED_TRACE("rows " + std::to_string(wr) + " ipc " + std::to_string(sh[0]) + " warps " + std::to_string(sh[1]) +
+                       " " + geo.to_string() + " " + dn(c.sd) + "/" + dn(c.ad));
+          expect_spec_stream_ok(s, sc);
+        }
+}
+
+}  // namespace
+}  // namespace replayssm::test
