@@ -2,6 +2,28 @@
 #include "gdn_cuda_harness.hpp"
 
 namespace replayssm::test::gdn_cuda {
+namespace {
+
+// One step's outputs (the listed rows / tokens) against the float64 truth and the CPU backend: the largest error, and
+// that of the first and last eighth of the stream (error must not grow).
+void record_outputs(const Cfg& c, int step, const std::vector<int>& rows, const HostTensor& gpu, const HostTensor& truth,
+                    const HostTensor& cpu, Stats& st) {
+  const auto got = rows_values(gpu, rows);
+  const double e = max_err(got, rows_values(truth, rows));
+  st.out_ref = std::max(st.out_ref, e);
+  if (step < c.steps / 8 + 1) st.first = std::max(st.first, e);
+  if (step >= c.steps - c.steps / 8 - 1) st.last = std::max(st.last, e);
+  if (c.with_cpu) st.out_cpu = std::max(st.out_cpu, max_err(got, rows_values(cpu, rows)));
+}
+
+// After a stream: the device rings and cursors (downloaded) against the CPU backend's.
+void compare_caches_with_cpu(const DevCaches& gpu, const ReplayCaches& cpu, Stats& st) {
+  st.rings_cpu = std::max({nan_aware_err(gpu.d->h, cpu.d_ring), nan_aware_err(gpu.k->h, cpu.k_ring),
+                           nan_aware_err(gpu.g->h, cpu.g_ring)});
+  st.cursors_eq = gpu.cur->h.bytes() == cpu.cursor.bytes();
+}
+
+}  // namespace
 
 Stats replay_stream(const Cfg& c, const Hook& before_step) {
   std::mt19937_64 rng(c.seed);
@@ -54,12 +76,7 @@ Stats replay_stream(const Cfg& c, const Hook& before_step) {
     ra.slot_idx = fls.view();
     ra.update_round = DType::f64;
     ref::decode_step(ra);
-    const auto got = rows_values(out_gpu.h, live);
-    const double e = max_err(got, rows_values(ref_out, live));
-    st.out_ref = std::max(st.out_ref, e);
-    if (step < c.steps / 8 + 1) st.first = std::max(st.first, e);
-    if (step >= c.steps - c.steps / 8 - 1) st.last = std::max(st.last, e);
-    if (c.with_cpu) st.out_cpu = std::max(st.out_cpu, max_err(got, rows_values(out_cpu, live)));
+    record_outputs(c, step, live, out_gpu.h, ref_out, out_cpu, st);
     st.pads_ok = st.pads_ok && pad_untouched(out_gpu.h, c.ids);
     bool any_flush = false;
     for (int r : live) any_flush |= fl[size_t(r)] != 0;
@@ -78,11 +95,7 @@ Stats replay_stream(const Cfg& c, const Hook& before_step) {
     advance_cursors(gpu.cur->d.view(), dsidx.view(), c.L);
   }
   gpu.down();
-  if (c.with_cpu) {
-    st.rings_cpu = std::max({nan_aware_err(gpu.d->h, cpu.d_ring), nan_aware_err(gpu.k->h, cpu.k_ring),
-                             nan_aware_err(gpu.g->h, cpu.g_ring)});
-    st.cursors_eq = gpu.cur->h.bytes() == cpu.cursor.bytes();
-  }
+  if (c.with_cpu) compare_caches_with_cpu(gpu, cpu, st);
   return st;
 }
 
@@ -154,23 +167,14 @@ Stats spec_stream(const Cfg& c) {
       copy_slot(trace, qsl[size_t(r)] + acc[size_t(r)] - 1, truth, s);
     }
     if (!live_tok.empty()) {
-      const auto got = rows_values(out_gpu.h, live_tok);
-      const double e = max_err(got, rows_values(ref_out, live_tok));
-      st.out_ref = std::max(st.out_ref, e);
-      if (step < c.steps / 8 + 1) st.first = std::max(st.first, e);
-      if (step >= c.steps - c.steps / 8 - 1) st.last = std::max(st.last, e);
-      if (c.with_cpu) st.out_cpu = std::max(st.out_cpu, max_err(got, rows_values(out_cpu, live_tok)));
+      record_outputs(c, step, live_tok, out_gpu.h, ref_out, out_cpu, st);
     }
     Mir acc_t(i32(acc));
     commit_cursors(cpu.cursor.view(), sidx.view(), acc_t.h.view(), qsl_t.h.view(), c.spec);
     commit_cursors(gpu.cur->d.view(), dsidx.view(), acc_t.d.view(), qsl_t.d.view(), c.spec);
   }
   gpu.down();
-  if (c.with_cpu) {
-    st.rings_cpu = std::max({nan_aware_err(gpu.d->h, cpu.d_ring), nan_aware_err(gpu.k->h, cpu.k_ring),
-                             nan_aware_err(gpu.g->h, cpu.g_ring)});
-    st.cursors_eq = gpu.cur->h.bytes() == cpu.cursor.bytes();
-  }
+  if (c.with_cpu) compare_caches_with_cpu(gpu, cpu, st);
   return st;
 }
 

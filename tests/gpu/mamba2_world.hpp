@@ -52,8 +52,9 @@ struct WorldConfig {
   bool gate = true, dt_f32 = false, bias = true, skip = true;
   mamba2::Route route = mamba2::Route::output_only;
   uint64_t seed = 1;
-  // The classic op's pdl flag (DecodeArgs::pdl), on a stream of its own: every step's device inputs are poisoned (NaN bytes) and written by
-  // a producer kernel (late_writer.hpp) that lets the op start first and writes them pdl_spin_ns later.
+  // The classic op's pdl flag (DecodeArgs::pdl), on a stream of its own: every step's device inputs are poisoned
+  // (NaN bytes) and written by a producer kernel (late_writer.hpp) that lets the op start first and writes them
+  // pdl_spin_ns later.
   bool pdl = false;
   long long pdl_spin_ns = 100000;
 };

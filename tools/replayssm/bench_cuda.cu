@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <type_traits>
@@ -17,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/launch_util.cuh"
 #include "cuda/ops.hpp"
 #include "params/mamba2_params.hpp"
 #include "replayssm/bench_types.hpp"
@@ -371,8 +371,7 @@ Report run_cuda(const Options& o) {
   rep.copy_tbps = copy_bandwidth_tbps();
   rep.read_tbps = read_bandwidth_tbps();
   rep.dt_act = o.dt_act;
-  const char* pdl_env = std::getenv("REPLAYSSM_PDL");  // the library's override (launch_util.cuh, use_pdl)
-  rep.pdl = pdl_env && *pdl_env ? std::string(pdl_env) == "1" : o.pdl;
+  rep.pdl = cuda::use_pdl(o.pdl);  // the flag as the library's launches will see it (REPLAYSSM_PDL overrides)
   std::fprintf(stderr, "device %s, %d SMs, L2 %d MB; device-to-device copy %.2f TB/s (read + write); read-only stream %.2f TB/s\n",
                prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, rep.copy_tbps, rep.read_tbps);
   cudaStream_t st;
