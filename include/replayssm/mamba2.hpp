@@ -45,8 +45,6 @@ struct DecodeArgs {
   // CUDA (sm_90): launch as a programmatic dependent of the previous kernel in the stream (FlashInfer's enable_pdl),
   // so the state loads start while that kernel (the producer of the inputs) finishes. Before it has finished the
   // kernel reads only slot_idx and the state: the previous kernel must not write those two. Ignored on the CPU.
-  // The classic step only: on the replay and speculative kernels the same change cost 2-10 % with the flag off
-  // (docs/notes-mamba2-cuda.md, twentieth session), so they have no such flag.
   bool pdl = false;
 };
 void decode(const DecodeArgs& args, Stream stream = nullptr);
@@ -78,6 +76,10 @@ struct ReplayDecodeArgs {
   TensorView slot_idx;  // [rows] int32, < 0 = padding; no slot twice
   TensorView out;       // [rows, H, P]
   Route route = Route::output_only;
+  // CUDA (sm_90): as DecodeArgs::pdl. Before the previous kernel has finished the kernel reads only slot_idx and the
+  // checkpoint; the cursor (advance_cursors may be that kernel), the rings and the inputs after. So the previous
+  // kernel must not write slot_idx or the checkpoint. Ignored on the CPU.
+  bool pdl = false;
 };
 void replay_decode(const ReplayDecodeArgs& args, Stream stream = nullptr);
 

@@ -90,7 +90,7 @@ def plain_case(geo, batch, L, state_dtype, act_dtype, rotate_mb, reps, dev, gen)
         ops.mamba2_decode(x[k], dt[k], B[k], C[k], A, layer["checkpoint"], sets[k], out, dt_bias=dt_bias, D=D)
 
     def replay(i):
-        k = (i // L) % nsets  # L consecutive steps per set: one whole ring cycle, flush included
+        k = i % nsets  # a different set every step, as a model's layers (nsets * L steps: a cycle each)
         ops.mamba2_replay_decode(x[k], dt[k], B[k], C[k], A, **layer, slot_idx=sets[k], out=out, dt_bias=dt_bias, D=D)
         ops.advance_cursors(c.cursor, sets[k], L)
 

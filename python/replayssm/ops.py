@@ -94,12 +94,13 @@ def mamba2_replay_decode(
     checkpoint: Tensor, x_ring: Tensor, dt_ring: Tensor, B_ring: Tensor, cursor: Tensor,
     slot_idx: Tensor, out: Tensor,
     z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None, D: Optional[Tensor] = None,
-    dt_softplus: bool = True, route: int = 0,
+    dt_softplus: bool = True, route: int = 0, pdl: bool = False,
 ) -> None:
     """ReplaySSM standard step: appends to the rings (or folds them into the checkpoint on the flush
-    step), writes out; reads the cursor only (advance_cursors moves it once per model step)."""
-    launch("replayssm_mamba2_replay_decode", x.device, *_m2_geometry(x, B), int(route), x, dt, B, C, z, A,
-           dt_bias, D, int(dt_softplus), checkpoint, x_ring, dt_ring, B_ring, cursor, slot_idx, out)
+    step), writes out; reads the cursor only (advance_cursors moves it once per model step).
+    pdl: launch as a programmatic dependent of the previous kernel (mamba2.hpp, ReplayDecodeArgs::pdl)."""
+    _launch_pdl(pdl, "replayssm_mamba2_replay_decode", x.device, *_m2_geometry(x, B), int(route), x, dt, B, C, z, A,
+                dt_bias, D, int(dt_softplus), checkpoint, x_ring, dt_ring, B_ring, cursor, slot_idx, out)
 
 
 @_op("checkpoint")

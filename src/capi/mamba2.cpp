@@ -44,10 +44,11 @@ int replayssm_mamba2_replay_decode(int heads, int headdim, int dstate, int group
     mamba2::ReplayCache cache{view(checkpoint, "cache.checkpoint"), view(x_ring, "cache.x_ring"),
                               view(dt_ring, "cache.dt_ring"), view(B_ring, "cache.B_ring"),
                               view(cursor, "cache.cursor")};
-    mamba2::replay_decode({{heads, headdim, dstate, groups}, inputs(x, dt, B, C, z),
-                           weights(A, dt_bias, D, dt_softplus), cache, view(slot_idx, "slot_idx"), view(out, "out"),
-                           route == 0 ? mamba2::Route::output_only : mamba2::Route::state_and_output},
-                          stream);
+    mamba2::ReplayDecodeArgs a{{heads, headdim, dstate, groups}, inputs(x, dt, B, C, z),
+                               weights(A, dt_bias, D, dt_softplus), cache, view(slot_idx, "slot_idx"), view(out, "out"),
+                               route == 0 ? mamba2::Route::output_only : mamba2::Route::state_and_output};
+    a.pdl = capi::t_launch_pdl;
+    mamba2::replay_decode(a, stream);
   });
 }
 

@@ -95,7 +95,11 @@ constexpr int kDenseMinRows = 128;  // measured: b64 faster without, b128 / b256
 template <class ST, class AT, int KT>
 inline constexpr bool kHasDense = KT == 1 && sizeof(ST) == 2 && std::is_same_v<AT, __nv_bfloat16>;
 
-template <class ST, class AT, int N, int KT, bool SX, int XC, bool SMALL>
+// PDL (ReplayDecodeArgs::pdl, launched as a programmatic dependent): slot_idx and the checkpoint are read before
+// griddepcontrol.wait, the cursor and the step's inputs after it (the previous kernel may be their producer, or
+// advance_cursors). A template parameter, not a run-time flag: the wait is a compiler barrier, and in the shared code
+// it cost the kernel 2-12 % with the flag off (twentieth session); so the instances without it are the code as before.
+template <class ST, class AT, int N, int KT, bool SX, int XC, bool SMALL, bool PDL>
 __global__ void __launch_bounds__(256, kReplayMinCtas<ST, KT> + XC)
 replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const unsigned hpg, const bool ring_vec16,
                      const int prefetch_ctas) {
@@ -133,7 +137,8 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
 
   const int slot = p.slot_idx[row];
   if (slot < 0 || slot >= p.slots) return;  // padding row: nothing read or written
-  const int w = rg.cursor[int64_t(slot) * rg.cursor_slot];
+  int w = 0;
+  if constexpr (!PDL) w = rg.cursor[int64_t(slot) * rg.cursor_slot];
 
   // 1. the checkpoint stream first: every 16-byte load of this lane in flight before anything waits.
   ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + int64_t(h) * P * N;
@@ -141,6 +146,11 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
   const bool ok[2] = {active && pr[0] < P, active && pr[1] < P};
   uint4 raw[2][NG];
   load_tile_rows<ST, N>(raw, S, pr, ok, t);
+  if constexpr (PDL) {  // the previous kernel has finished: the cursor and the step's inputs are final
+    griddep_wait();
+    griddep_launch_dependents();
+    w = rg.cursor[int64_t(slot) * rg.cursor_slot];
+  }
 
   // 2. the step's own inputs (independent of the cursor: in flight together with the cursor load).
   const AT* x = static_cast<const AT*>(p.x) + int64_t(row) * p.x_tok + int64_t(h) * p.x_head;
@@ -418,9 +428,11 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
 
 // REPLAYSSM_M2_PREFETCH_WAVES (read per call; set it before a graph is captured): how far ahead, in waves of
 // resident CTAs, each CTA prefetches a later CTA's checkpoint tile into L2; 0 = off. Unset (-1): half a wave
-// when the grid is >= 8 waves. Measured (H200, docs/notes-mamba2-cuda.md 2026-12-03, run 5): 0.5 wave lifts
+// when the grid is more than one wave. Measured (H200, docs/notes-mamba2-cuda.md 2026-12-03, run 5): 0.5 wave lifts
 // the all-rows flush step from 68-73 % to 74-81 % of copy at batch >= 64 (fp32 state), leaves the append step
-// as it is, costs ~4 % at batch 8 (hence the grid condition); 2 waves evict tiles before use (append 61 %).
+// as it is; 2 waves evict tiles before use (append 61 %). It was kept to grids of >= 8 waves after a "cost of ~4 %
+// at batch 8" read where the benchmark re-read the checkpoint from L2; measured honestly (H100, twenty-first
+// session, run 2) half a wave takes 1-9 % off every step type at 1-8 waves (batch 8-32), 1 wave is slower.
 double prefetch_waves() {
   const char* v = std::getenv("REPLAYSSM_M2_PREFETCH_WAVES");
   if (v == nullptr || *v == 0) return -1.0;
@@ -461,20 +473,20 @@ bool small_ctas(int tiles_per_cta, int n) {
   return f >= 0 ? f == 1 : 32 * tiles_per_cta < n;
 }
 
-template <class ST, class AT, int N, int KT, bool SX>
+template <class ST, class AT, int N, int KT, bool SX, bool PDL>
 void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
   using SM = ReplaySmem<AT, N, KT, kFlushBParts<ST, AT, SX>>;
   const PSplit sp = forced_psplit(choose_psplit(p.step.rows, p.step.heads, p.step.headdim), p.step.headdim);
   const dim3 grid(unsigned(sp.chunks), unsigned(p.step.heads), unsigned(p.step.rows));
   const dim3 block(unsigned(32 * sp.tiles_per_cta));
   const size_t smem = SM::total(16 * sp.tiles_per_cta);
-  auto* kernel = replay_decode_kernel<ST, AT, N, KT, SX, 0, false>;
+  auto* kernel = replay_decode_kernel<ST, AT, N, KT, SX, 0, false, PDL>;
   bool dense = false;
   if constexpr (kHasDense<ST, AT, KT>)
-    if ((dense = dense_ctas(sp.tiles_per_cta, p.step.rows))) kernel = replay_decode_kernel<ST, AT, N, KT, SX, 1, false>;
+    if ((dense = dense_ctas(sp.tiles_per_cta, p.step.rows))) kernel = replay_decode_kernel<ST, AT, N, KT, SX, 1, false, PDL>;
   bool small = false;
   if constexpr (KT == 1 && SX)
-    if (!dense && (small = small_ctas(sp.tiles_per_cta, N))) kernel = replay_decode_kernel<ST, AT, N, KT, SX, 0, true>;
+    if (!dense && (small = small_ctas(sp.tiles_per_cta, N))) kernel = replay_decode_kernel<ST, AT, N, KT, SX, 0, true, PDL>;
   allow_dynamic_smem(kernel, smem, "mamba2_replay_decode");  // > 48 KB: fp32 activations at L > 16
   const size_t es = sizeof(AT);
   const bool vec16 = aligned16(p.ring.x_ring, p.ring.xr_slot, es) && aligned16(p.ring.B_ring, p.ring.Br_slot, es) &&
@@ -491,9 +503,10 @@ void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
       check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, int(block.x), smem), "mamba2_replay_decode");
     const long long resident = (long long)std::max(per_sm, 1) * sm_count();
     if (waves > 0) prefetch = int(waves * double(resident) + 0.5);
-    else if ((long long)grid.x * grid.y * grid.z >= 8 * resident) prefetch = int(resident / 2);
+    else if ((long long)grid.x * grid.y * grid.z > resident) prefetch = int(resident / 2);
   }
-  kernel<<<grid, block, smem, st>>>(p, sp.tiles_per_cta, unsigned(p.step.heads / p.step.groups), vec16, prefetch);
+  launch_kernel(kernel, grid, block, smem, st, PDL, "mamba2_replay_decode", p, sp.tiles_per_cta,
+                unsigned(p.step.heads / p.step.groups), vec16, prefetch);
 }
 
 }  // namespace
@@ -511,9 +524,18 @@ void mamba2_replay_decode(const Mamba2ReplayParams& p, Stream stream) {
       using AT = decltype(a);
       with_dstate(p.step.dstate, [&](auto n) {
         constexpr int N = decltype(n)::value;
-        const bool sx = flush_scale_x();
-        if (L <= 16) sx ? launch<ST, AT, N, 1, true>(p, st) : launch<ST, AT, N, 1, false>(p, st);
-        else sx ? launch<ST, AT, N, 2, true>(p, st) : launch<ST, AT, N, 2, false>(p, st);
+        // pdl instances for the default flush scale only (REPLAYSSM_M2_FLUSH_SCALE=b launches without it: as
+        // correct, only without the overlap)
+        const bool sx = flush_scale_x(), pdl = sx && use_pdl(p.step.pdl);
+        if (L <= 16) {
+          if (!sx) launch<ST, AT, N, 1, false, false>(p, st);
+          else if (pdl) launch<ST, AT, N, 1, true, true>(p, st);
+          else launch<ST, AT, N, 1, true, false>(p, st);
+        } else {
+          if (!sx) launch<ST, AT, N, 2, false, false>(p, st);
+          else if (pdl) launch<ST, AT, N, 2, true, true>(p, st);
+          else launch<ST, AT, N, 2, true, false>(p, st);
+        }
       });
     });
   });

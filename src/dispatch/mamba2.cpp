@@ -104,6 +104,7 @@ void replay_decode(const ReplayDecodeArgs& a, Stream stream) {
   fill_step(p.step, a.geo, a.in, a.w, a.out, info.act, info.tokens, info.tokens, a.slot_idx, c.checkpoint);
   p.ring = ring_params(c.x_ring, c.dt_ring, c.B_ring, c.cursor, int(L));
   p.output_only = a.route == Route::output_only;
+  p.step.pdl = a.pdl;
   if (info.dev.type == DeviceType::cuda) {
 #if defined(REPLAYSSM_WITH_CUDA)
     cuda::mamba2_replay_decode(p, stream);

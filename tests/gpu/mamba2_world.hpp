@@ -52,9 +52,9 @@ struct WorldConfig {
   bool gate = true, dt_f32 = false, bias = true, skip = true;
   mamba2::Route route = mamba2::Route::output_only;
   uint64_t seed = 1;
-  // The classic op's pdl flag (DecodeArgs::pdl), on a stream of its own: every step's device inputs are poisoned
-  // (NaN bytes) and written by a producer kernel (late_writer.hpp) that lets the op start first and writes them
-  // pdl_spin_ns later.
+  // The ops' pdl flag (DecodeArgs::pdl, ReplayDecodeArgs::pdl), on a stream of its own: every step's device inputs
+  // (the replay op: also the cursors and the rings) are poisoned (NaN bytes) and written by a producer kernel
+  // (late_writer.hpp) that lets the op start first and writes them pdl_spin_ns later.
   bool pdl = false;
   long long pdl_spin_ns = 100000;
 };
@@ -296,11 +296,14 @@ class World {
     return true;
   }
 
-  // pdl: the device inputs become NaN bytes; the producer kernel writes the true ones after the op has started.
-  std::unique_ptr<BehindProducer> inputs_behind_producer(Inputs& in) {
+  // pdl: the device inputs (replay: and the cursors and rings, which the kernel reads after its wait as well) become
+  // NaN bytes; the producer kernel writes the true ones after the op has started.
+  std::unique_ptr<BehindProducer> inputs_behind_producer(Inputs& in, bool replay) {
     std::vector<std::pair<void*, size_t>> bufs;
     for (auto* d : {in.dx.get(), in.ddt.get(), in.dB.get(), in.dC.get(), in.dz.get()})
       if (d) bufs.emplace_back(d->data(), d->bytes());
+    if (replay)
+      for (auto* d : {dcursor.get(), dxr.get(), ddtr.get(), dBr.get()}) bufs.emplace_back(d->data(), d->bytes());
     if (!pdl_stream) cuda_ok(cudaStreamCreateWithFlags(&pdl_stream, cudaStreamNonBlocking), "stream");
     return std::make_unique<BehindProducer>(bufs, c.pdl_spin_ns, pdl_stream);
   }
@@ -315,10 +318,15 @@ class World {
     Inputs in = make_inputs();
     std::unique_ptr<BehindProducer> producer;  // held until the step's synchronisation below
     if (c.pdl && classic) {
-      producer = inputs_behind_producer(in);
+      producer = inputs_behind_producer(in, false);
       auto ca = classic_args(in, true);
       ca.pdl = true;
       mamba2::decode(ca, pdl_stream);
+    } else if (c.pdl) {
+      producer = inputs_behind_producer(in, true);
+      auto ra = replay_args(in, true);
+      ra.pdl = true;
+      mamba2::replay_decode(ra, pdl_stream);
     } else if (classic) {
       mamba2::decode(classic_args(in, true));
     } else {

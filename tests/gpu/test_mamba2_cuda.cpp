@@ -173,6 +173,42 @@ TEST(CudaMamba2Pdl, InputsReadAfterTheProducer) {
     SCOPED_TRACE("classic streamed");
     run_case(c, 2, true);
   }
+  // The replay step (ReplayDecodeArgs::pdl): its cursors and rings are behind the producer as well, so a kernel that
+  // read the cursor before its wait would skip every row (a NaN cursor), and one that staged the ring early would
+  // fold NaNs. Every instance the launch can pick: 1-, 2-warp (SMALL) and 4-warp CTAs, L <= 16 and L > 16 (KT = 2),
+  // both routes, the 16-bit dense instance; a flush step in every case.
+  struct ReplayPdlCase {
+    const char* tiles;
+    DType sd, ad;
+    int L;
+    mamba2::Route route;
+    bool dense;
+  };
+  const ReplayPdlCase cases[] = {
+      {"1", DType::f32, DType::bf16, 4, mamba2::Route::output_only, false},
+      {"2", DType::f32, DType::bf16, 4, mamba2::Route::output_only, false},
+      {"4", DType::f32, DType::bf16, 4, mamba2::Route::output_only, false},
+      {"4", DType::f32, DType::f32, 20, mamba2::Route::output_only, false},
+      {"2", DType::bf16, DType::bf16, 20, mamba2::Route::output_only, false},
+      {"4", DType::bf16, DType::bf16, 4, mamba2::Route::state_and_output, false},
+      {"4", DType::bf16, DType::bf16, 4, mamba2::Route::output_only, true},
+  };
+  for (const ReplayPdlCase& k : cases) {
+    const ScopedEnv tiles("REPLAYSSM_M2_TILES", k.tiles);
+    const ScopedEnv dense("REPLAYSSM_M2_REPLAY_DENSE", k.dense ? "1" : "0");
+    WorldConfig c;
+    c.geo = {32, 64, 128, 2}; c.sd = k.sd; c.ad = k.ad; c.L = k.L; c.rows = 5; c.pad_rows = 2; c.route = k.route;
+    c.pdl = true; c.seed = 720 + k.L;
+    SCOPED_TRACE(std::string("replay tiles ") + k.tiles + " " + dn(k.sd) + "/" + dn(k.ad) + " L=" + std::to_string(k.L) +
+                 (k.dense ? " dense" : ""));
+    run_case(c, k.L + 2, false);
+  }
+  {
+    WorldConfig c;  // Nano, the default CTA shape
+    c.geo = {96, 80, 128, 8}; c.L = 16; c.rows = 3; c.pad_rows = 1; c.pdl = true; c.seed = 730;
+    SCOPED_TRACE("replay Nano");
+    run_case(c, 18, false);
+  }
 }
 
 TEST(CudaMamba2Replay, AllDtypePairsBothRoutes) {

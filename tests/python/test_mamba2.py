@@ -184,6 +184,24 @@ def test_replay_decode(device, geo, pair, route):
     assert torch.equal(wd.ref[[s for s in range(wd.slots) if s not in wd.live_slots]], untouched)
 
 
+def test_replay_pdl_flag_gives_the_same_steps_and_is_restored(device):
+    """pdl=True on mamba2_replay_decode over two ring cycles (flush steps included): the same truth, the flag restored."""
+    from replayssm._lib import lib
+    pair = (torch.float32, torch.bfloat16)
+    wd = World(GEOMETRIES["super/tp8"], *pair, device, seed=4)
+
+    def step_fn(tok, out, c):
+        ops.mamba2_replay_decode(tok["x"], tok["dt"], tok["B"], tok["C"], wd.w["A"], **c.layer(0), slot_idx=wd.slot_idx,
+                                 out=out, pdl=True, **wd.kw(tok))
+        assert lib.replayssm_launch_pdl() == 0
+        c.advance(wd.slot_idx)
+
+    L = 8
+    errs, ckpt_err, flushes = run_replay(wd, L, 2 * L + 3, step_fn=step_fn)
+    assert max(errs) <= out_tol(*pair)
+    assert ckpt_err <= state_tol(pair[0]) and flushes == 2 * len(wd.live_slots)
+
+
 def test_replay_decode_1000_steps_error_does_not_grow(device):
     wd = World(shard(SUPER, 16), torch.float32, torch.float32, device, rows=3, slots=4, seed=2)
     errs, ckpt_err, flushes = run_replay(wd, 8, 1000)

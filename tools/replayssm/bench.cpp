@@ -36,11 +36,12 @@ void print_and_save(const bench::Report& rep, const std::string& json_path) {
   const double cp = rep.copy_tbps;
   std::printf("\nreplayssm bench on %s; device-to-device copy %.2f TB/s (read + write); read-only stream %.2f TB/s; "
               "dt %s%s\n", rep.device.c_str(), cp, rep.read_tbps, rep.dt_act ? "in the activation dtype" : "fp32",
-              rep.pdl ? "; classic step launched with pdl (programmatic dependent launch)" : "");
+              rep.pdl ? "; classic and replay steps launched with pdl (programmatic dependent launch)" : "");
   std::printf("times: median us per step; TB/s by the kernels' own byte count; %%copy = fraction of copy bandwidth; "
               "x = time / classic time\n");
-  std::printf("amort = one layer, cursors advanced after it; model = per layer of `lay` layers sharing one cursor\n"
-              "tensor advanced once per step (as an engine runs it); adv = one cursor advance alone;\n"
+  std::printf("amort = per layer step, `lay` layers taking turns, each layer's cursors advanced after its step;\n"
+              "model = the same layers sharing one cursor tensor advanced once per step (as an engine runs it);\n"
+              "adv = one cursor advance alone;\n"
               "mat = materialize (the small-batch route's switch, mamba2.hpp) with every row at fill level (L-1)/2\n");
   std::printf("%-22s %5s %-8s %3s | %8s %5s %4s | %8s %5s %4s %5s | %8s %5s %4s %5s | %8s %5s %4s %5s %8s %5s | %8s %5s %3s %6s %7s\n",
               "geometry", "batch", "st/act", "L", "classic", "TB/s", "%cp", "append", "TB/s", "%cp", "x", "flush", "TB/s",
@@ -118,7 +119,8 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--dt", c->dt, "dtype of the dt input: f32, or act (the activation dtype, as engines often pass it)")
       ->check(CLI::IsMember({"f32", "act"}))->capture_default_str();
   cmd->add_flag("--pdl", c->pdl,
-                "launch the classic decode step as a programmatic dependent of the previous kernel (DecodeArgs::pdl)");
+                "launch the classic and replay decode steps as programmatic dependents of the previous kernel "
+                "(DecodeArgs::pdl, ReplayDecodeArgs::pdl)");
   cmd->callback([c]() {
 #if defined(REPLAYSSM_WITH_CUDA)
     if (cuda_device_count() == 0) throw Error("bench", "no CUDA device is visible; try `replayssm demo` for the CPU backend");

@@ -19,7 +19,7 @@ struct Options {
   int replays = 9;           // timed graph replays per measurement (median)
   double rotate_mb = 256;    // input/cache sets rotated so that each pass is >= this many MB
   bool dt_act = false;       // dt in the activation dtype (as engines often pass it) instead of fp32
-  bool pdl = false;          // the classic decode launched as a programmatic dependent (DecodeArgs::pdl)
+  bool pdl = false;          // classic and replay decode launched as programmatic dependents (DecodeArgs::pdl, ReplayDecodeArgs::pdl)
 };
 
 struct Timing {
@@ -47,7 +47,7 @@ struct Report {
   double copy_tbps = 0;  // device-to-device copy, bytes read + written
   double read_tbps = 0;  // a read-only stream (context for the output-only steps; ratios stay against copy)
   bool dt_act = false;   // dt in the activation dtype
-  bool pdl = false;      // the classic launches were programmatic dependents (--pdl, or REPLAYSSM_PDL=1)
+  bool pdl = false;      // the classic and replay launches were programmatic dependents (--pdl, or REPLAYSSM_PDL=1)
   std::vector<Result> results;
 };
 
