@@ -48,6 +48,10 @@ struct DecodeArgs {
   TensorView state;     // [slots, HV, V, K] state dtype, dense per slot, updated in place
   TensorView slot_idx;  // [rows] int32, < 0 = padding (out left untouched)
   TensorView out;       // [rows, HV, V] activation dtype
+  // CUDA (sm_90): launch as a programmatic dependent of the previous kernel in the stream (as mamba2::DecodeArgs::pdl):
+  // before that kernel has finished only slot_idx and the state are read, so it must not write those two. Ignored on
+  // the CPU.
+  bool pdl = false;
 };
 void decode(const DecodeArgs& args, Stream stream = nullptr);
 
@@ -69,6 +73,10 @@ struct ReplayDecodeArgs {
   ReplayCache cache;
   TensorView slot_idx;
   TensorView out;
+  // CUDA (sm_90): as DecodeArgs::pdl; before the previous kernel has finished only slot_idx and the checkpoint are
+  // read (the cursor, rings and token after it), so it must not write those two. Taken by the fused step (the fp32
+  // state default); the split path (16-bit state default, REPLAYSSM_GDN_APPEND=split) launches without it.
+  bool pdl = false;
 };
 void replay_decode(const ReplayDecodeArgs& args, Stream stream = nullptr);
 

@@ -151,21 +151,24 @@ def mamba2_classic_spec_decode(
 @_op("state", "out")
 def gdn_decode(
     q: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, A_log: Tensor, dt_bias: Tensor,
-    state: Tensor, slot_idx: Tensor, out: Tensor, scale: float = 0.0, qk_l2norm: bool = True,
+    state: Tensor, slot_idx: Tensor, out: Tensor, scale: float = 0.0, qk_l2norm: bool = True, pdl: bool = False,
 ) -> None:
-    """Classic gated-delta-rule step (scale 0 means 1/sqrt(head_k_dim))."""
-    launch("replayssm_gdn_decode", q.device, *_gdn_geometry(q, v), q, k, v, a, b, A_log, dt_bias, float(scale),
-           int(qk_l2norm), state, slot_idx, out)
+    """Classic gated-delta-rule step (scale 0 means 1/sqrt(head_k_dim)).
+    pdl: launch as a programmatic dependent of the previous kernel (gdn.hpp, DecodeArgs::pdl)."""
+    _launch_pdl(pdl, "replayssm_gdn_decode", q.device, *_gdn_geometry(q, v), q, k, v, a, b, A_log, dt_bias,
+                float(scale), int(qk_l2norm), state, slot_idx, out)
 
 
 @_op("checkpoint", "d_ring", "k_ring", "g_ring", "out")
 def gdn_replay_decode(
     q: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, A_log: Tensor, dt_bias: Tensor,
     checkpoint: Tensor, d_ring: Tensor, k_ring: Tensor, g_ring: Tensor, cursor: Tensor,
-    slot_idx: Tensor, out: Tensor, scale: float = 0.0, qk_l2norm: bool = True,
+    slot_idx: Tensor, out: Tensor, scale: float = 0.0, qk_l2norm: bool = True, pdl: bool = False,
 ) -> None:
-    launch("replayssm_gdn_replay_decode", q.device, *_gdn_geometry(q, v), q, k, v, a, b, A_log, dt_bias,
-           float(scale), int(qk_l2norm), checkpoint, d_ring, k_ring, g_ring, cursor, slot_idx, out)
+    """ReplaySSM gated-delta-rule step. pdl: launch as a programmatic dependent of the previous kernel (gdn.hpp,
+    ReplayDecodeArgs::pdl)."""
+    _launch_pdl(pdl, "replayssm_gdn_replay_decode", q.device, *_gdn_geometry(q, v), q, k, v, a, b, A_log, dt_bias,
+                float(scale), int(qk_l2norm), checkpoint, d_ring, k_ring, g_ring, cursor, slot_idx, out)
 
 
 @_op("checkpoint")

@@ -26,10 +26,11 @@ int replayssm_gdn_decode(int k_heads, int v_heads, int head_k_dim, int head_v_di
                          const DLTensor* A_log, const DLTensor* dt_bias, float scale, int qk_l2norm,
                          const DLTensor* state, const DLTensor* slot_idx, const DLTensor* out, void* stream) {
   return guarded([&] {
-    gdn::decode({{k_heads, v_heads, head_k_dim, head_v_dim}, inputs(q, k, v, a, b),
-                 weights(A_log, dt_bias, scale, qk_l2norm), view(state, "state"), view(slot_idx, "slot_idx"),
-                 view(out, "out")},
-                stream);
+    gdn::DecodeArgs da{{k_heads, v_heads, head_k_dim, head_v_dim}, inputs(q, k, v, a, b),
+                       weights(A_log, dt_bias, scale, qk_l2norm), view(state, "state"), view(slot_idx, "slot_idx"),
+                       view(out, "out")};
+    da.pdl = capi::t_launch_pdl;
+    gdn::decode(da, stream);
   });
 }
 
@@ -42,10 +43,11 @@ int replayssm_gdn_replay_decode(int k_heads, int v_heads, int head_k_dim, int he
   return guarded([&] {
     gdn::ReplayCache cache{view(checkpoint, "cache.checkpoint"), view(d_ring, "cache.d_ring"),
                            view(k_ring, "cache.k_ring"), view(g_ring, "cache.g_ring"), view(cursor, "cache.cursor")};
-    gdn::replay_decode({{k_heads, v_heads, head_k_dim, head_v_dim}, inputs(q, k, v, a, b),
-                        weights(A_log, dt_bias, scale, qk_l2norm), cache, view(slot_idx, "slot_idx"),
-                        view(out, "out")},
-                       stream);
+    gdn::ReplayDecodeArgs ra{{k_heads, v_heads, head_k_dim, head_v_dim}, inputs(q, k, v, a, b),
+                             weights(A_log, dt_bias, scale, qk_l2norm), cache, view(slot_idx, "slot_idx"),
+                             view(out, "out")};
+    ra.pdl = capi::t_launch_pdl;
+    gdn::replay_decode(ra, stream);
   });
 }
 

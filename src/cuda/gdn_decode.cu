@@ -17,7 +17,9 @@ namespace {
 
 using namespace gdn;
 
-template <class ST, int K>
+// PDL (DecodeArgs::pdl): slot_idx and the state are read before griddepcontrol.wait, the token after it. A template
+// parameter (as in the Mamba-2 replay kernel): the instances without it are the code as before.
+template <class ST, int K, bool PDL>
 __global__ void __launch_bounds__(128, 4) gdn_decode_kernel(const GdnStepParams p, const int slices, const uint32_t zero) {
   using VT = Vec16<ST>;
   using TL = QuadTile<ST, K>;
@@ -36,6 +38,10 @@ __global__ void __launch_bounds__(128, 4) gdn_decode_kernel(const GdnStepParams 
   for (int r = 0; r < RPT; ++r)
 #pragma unroll
     for (int m = 0; m < NCH; ++m) raw[r][m] = VT::load_raw(S + int64_t(i0 + 8 * r) * K + TL::col(m, t));
+  if constexpr (PDL) {  // the producer of the token has finished
+    griddep_wait();
+    griddep_launch_dependents();
+  }
   const void* vp = cptr(p.v, p.act, int64_t(row) * p.v_tok + int64_t(hv) * p.v_head);
   float v[RPT];
 #pragma unroll
@@ -83,7 +89,7 @@ __global__ void __launch_bounds__(128, 4) gdn_decode_kernel(const GdnStepParams 
 // 9 caps at 56 and spills 12 B).
 template <class ST> inline constexpr int kWideMinCtas = sizeof(ST) == 4 ? 10 : 8;
 
-template <class ST, int K>
+template <class ST, int K, bool PDL>
 __global__ void __launch_bounds__(128, kWideMinCtas<ST>) gdn_decode_wide_kernel(const GdnStepParams p, const int slices,
                                                                             const uint32_t zero) {
   using VT = Vec16<ST>;
@@ -103,6 +109,10 @@ __global__ void __launch_bounds__(128, kWideMinCtas<ST>) gdn_decode_wide_kernel(
   for (int r = 0; r < RPT; ++r)
 #pragma unroll
     for (int m = 0; m < NCH; ++m) raw[r][m] = VT::load_raw(S + int64_t(i0 + GPW * r) * K + TL::col(m, t));
+  if constexpr (PDL) {  // the producer of the token has finished
+    griddep_wait();
+    griddep_launch_dependents();
+  }
   const TokenRaw<K> tr = token_load<K>(p, row, hv / (p.v_heads / p.k_heads), hv);
   const void* vp = cptr(p.v, p.act, int64_t(row) * p.v_tok + int64_t(hv) * p.v_head);
   uint32_t vb[RPT];  // raw bits: converted after the later loads are issued (no wait on this one first)
@@ -157,6 +167,7 @@ void gdn_decode(const GdnStepParams& p, Stream stream) {
   if (p.rows > 65535) throw Error("slot_idx", "the CUDA kernels take at most 65535 rows per launch");
   auto st = static_cast<cudaStream_t>(stream);
   const GdnTile tile = gdn_tile();
+  const bool pdl = use_pdl(p.pdl);
   with_float_type(p.state_dtype, "state", [&](auto s) {
     using ST = decltype(s);
     with_head_k(p.head_k_dim, [&](auto kc) {
@@ -164,14 +175,16 @@ void gdn_decode(const GdnStepParams& p, Stream stream) {
       if (tile == GdnTile::wide) {
         const int warps = wide_warps<ST, K>(p.rows, p.v_heads, p.head_v_dim, kWideMinCtas<ST>);
         const int slices = p.head_v_dim / (warps * WideTile<ST, K>::RPW);
-        gdn_decode_wide_kernel<ST, K><<<dim3(unsigned(p.v_heads * slices), unsigned(p.rows)), dim3(unsigned(32 * warps)),
-                                        0, st>>>(p, slices, 0u);
+        const dim3 grid(unsigned(p.v_heads * slices), unsigned(p.rows)), block(unsigned(32 * warps));
+        launch_kernel(pdl ? gdn_decode_wide_kernel<ST, K, true> : gdn_decode_wide_kernel<ST, K, false>, grid, block, 0, st,
+                      pdl, "gdn_decode", p, slices, 0u);
         return;
       }
       const int warps = quad_warps<ST, K>(p.rows, p.v_heads, p.head_v_dim);
       const int slices = p.head_v_dim / (warps * 8 * QuadTile<ST, K>::RPT);
-      gdn_decode_kernel<ST, K><<<dim3(unsigned(p.v_heads * slices), unsigned(p.rows)), dim3(unsigned(32 * warps)), 0, st>>>(
-          p, slices, 0u);
+      const dim3 grid(unsigned(p.v_heads * slices), unsigned(p.rows)), block(unsigned(32 * warps));
+      launch_kernel(pdl ? gdn_decode_kernel<ST, K, true> : gdn_decode_kernel<ST, K, false>, grid, block, 0, st, pdl,
+                    "gdn_decode", p, slices, 0u);
     });
   });
   check_launch("gdn_decode");

@@ -45,8 +45,10 @@ __device__ __forceinline__ void widen_ring8(float* dst, DType t) {
 // The quad kernel's work for one (row, CTA slice of a v-head); CTA-uniform returns only. FLUSH_ONLY (split
 // append path): the cursor is read first and it returns for w != L-1 before any checkpoint load (append
 // rows belong to gdn_replay_append); a template parameter, so the fused instance stays the measured code
-// (as a run-time flag ptxas spilled 4 B in the f32 K=128 instance).
-template <class ST, int K, bool FLUSH_ONLY>
+// (as a run-time flag ptxas spilled 4 B in the f32 K=128 instance). PDL (fused only; ReplayDecodeArgs::pdl): slot_idx
+// and the checkpoint are read before griddepcontrol.wait, the cursor (advance_cursors may be the kernel before), the
+// rings and the token after it; its own instances, so the others stay the code as before.
+template <class ST, int K, bool FLUSH_ONLY, bool PDL = false>
 __device__ __forceinline__ void replay_quad_row(const GdnReplayParams P, const int slices, const int flush_row) {
   using VT = Vec16<ST>;
   using TL = QuadTile<ST, K>;
@@ -77,6 +79,10 @@ __device__ __forceinline__ void replay_quad_row(const GdnReplayParams P, const i
   for (int r = 0; r < RPT; ++r)
 #pragma unroll
     for (int m = 0; m < NCH; ++m) raw[r][m] = VT::load_raw(S + int64_t(i0 + 8 * r) * K + TL::col(m, t));
+  if constexpr (PDL) {  // the previous kernel has finished: the cursor and the token are final
+    griddep_wait();
+    griddep_launch_dependents();
+  }
   if constexpr (!FLUSH_ONLY) w = R.cursor[int64_t(slot) * R.cursor_slot];  // fused: behind the checkpoint loads
   const void* vp = cptr(p.v, p.act, int64_t(row) * p.v_tok + int64_t(hv) * p.v_head);
   uint32_t vb[RPT];  // raw bits, converted once the history copies are issued (ld_any waited for each in turn)
@@ -301,9 +307,9 @@ __device__ __forceinline__ void replay_quad_row(const GdnReplayParams P, const i
 // 16-bit state: the flush's two fp32 rows (64 values: one m16 tile of the tensor-core fold) plus the packed
 // rows still to do take 167-168 registers (ptxas, ninth session), so those kernels run 3 CTAs (96 KB of
 // loads) per SM.
-template <class ST, int K>
+template <class ST, int K, bool PDL>
 __global__ void __launch_bounds__(128, sizeof(ST) == 4 ? 4 : 3) gdn_replay_kernel(const GdnReplayParams P, const int slices) {
-  replay_quad_row<ST, K, false>(P, slices, 0);  // the row is blockIdx.y
+  replay_quad_row<ST, K, false, PDL>(P, slices, 0);  // the row is blockIdx.y
 }
 
 // Split path, flush rows only. A CTA that finds its row appending costs two dependent L2 reads
@@ -389,8 +395,10 @@ void gdn_replay_decode(const GdnReplayParams& p, Stream stream) {
       // fp32 history [L-1][K] + [L-1][rpc]; 16-bit rings are copied into it (upper half of each chunk), no more
       const size_t smem = std::max<size_t>(16, size_t(L - 1) * size_t(K + rpc) * sizeof(float));
       const unsigned gx = unsigned(p.step.v_heads * slices), block = unsigned(32 * warps);
-      if (!split) {
-        gdn_replay_kernel<ST, K><<<dim3(gx, unsigned(p.step.rows)), block, smem, st>>>(p, slices);
+      if (!split) {  // pdl: the fused path only (the split path's append kernel has no pdl instance)
+        const bool pdl = use_pdl(p.step.pdl);
+        launch_kernel(pdl ? gdn_replay_kernel<ST, K, true> : gdn_replay_kernel<ST, K, false>, dim3(gx, unsigned(p.step.rows)),
+                      dim3(block), smem, st, pdl, "gdn_replay_decode", p, slices);
         return;
       }
       const int rb = flush_rows_per_cta((long long)gx * p.step.rows, sizeof(ST) == 4 ? 4 : 3);

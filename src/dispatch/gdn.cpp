@@ -263,7 +263,8 @@ void decode(const DecodeArgs& a, Stream stream) {
   check_cuda_limits(c, a.geo, a.state, "state");
   read_slots(a.slot_idx, a.state.shape[0], stream);
   if (c.rows == 0) return;
-  const GdnStepParams p = make_step(a.geo, a.in, a.w, a.state, a.slot_idx, a.out, c);
+  GdnStepParams p = make_step(a.geo, a.in, a.w, a.state, a.slot_idx, a.out, c);
+  p.pdl = a.pdl;
   if (on_cuda(c, "decode")) {
 #if defined(REPLAYSSM_WITH_CUDA)
     cuda::gdn_decode(p, stream);
@@ -287,6 +288,7 @@ void replay_decode(const ReplayDecodeArgs& a, Stream stream) {
   GdnReplayParams p;
   p.step = make_step(a.geo, a.in, a.w, a.cache.checkpoint, a.slot_idx, a.out, c);
   p.ring = make_ring(a.cache.d_ring, a.cache.k_ring, a.cache.g_ring, a.cache.cursor, L);
+  p.step.pdl = a.pdl;
   if (on_cuda(c, "replay_decode")) {
 #if defined(REPLAYSSM_WITH_CUDA)
     cuda::gdn_replay_decode(p, stream);

@@ -40,6 +40,8 @@ struct GdnStepParams {
   void* state = nullptr;
   int64_t state_slot = 0;
   int64_t slots = 0;
+  // CUDA: launch as a programmatic dependent of the previous kernel (gdn::DecodeArgs::pdl, ReplayDecodeArgs::pdl).
+  bool pdl = false;
 };
 
 // ReplaySSM caches (standard: R = L, linear; speculative: R = next_pow2(history + window), circular).

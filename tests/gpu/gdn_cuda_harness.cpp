@@ -52,6 +52,7 @@ Stats replay_stream(const Cfg& c, const Hook& before_step) {
   // Device token / out buffers are allocated once (same shapes every step) and refilled.
   DevTokens tok(make_tokens(c.geo, c.ad, rows, rng));
   Mir out_gpu(make_out(c.geo, c.ad, rows));
+  PdlStream pdl_stream(c.pdl);
   for (int step = 0; step < c.steps; ++step) {
     if (before_step) before_step(step, gpu);
     if (step > 0) {
@@ -66,7 +67,18 @@ Stats replay_stream(const Cfg& c, const Hook& before_step) {
     std::vector<char> fl(size_t(rows), 0), ap(size_t(rows), 0);
     for (int r : live) (int(cpu.cursor.at({c.ids[size_t(r)]})) == c.L - 1 ? fl : ap)[size_t(r)] = 1;
     if (c.with_cpu) G::replay_decode({c.geo, tok.t.view(), w.w.view(), cpu.view(), sidx.view(), out_cpu.view()});
-    G::replay_decode({c.geo, tok.view(), w.view(), gpu.view(), dsidx.view(), out_gpu.d.view()});
+    if (c.pdl) {
+      std::vector<std::pair<void*, size_t>> late;
+      for (DeviceTensor* d : {&tok.qkv, &tok.a, &tok.b, &gpu.cur->d, &gpu.d->d, &gpu.k->d, &gpu.g->d})
+        late.emplace_back(d->data(), d->bytes());
+      const BehindProducer producer(late, 100000, pdl_stream.get());
+      G::ReplayDecodeArgs a{c.geo, tok.view(), w.view(), gpu.view(), dsidx.view(), out_gpu.d.view()};
+      a.pdl = true;
+      G::replay_decode(a, pdl_stream.get());
+      cuda_ok(cudaStreamSynchronize(pdl_stream.get()), "pdl step");
+    } else {
+      G::replay_decode({c.geo, tok.view(), w.view(), gpu.view(), dsidx.view(), out_gpu.d.view()});
+    }
     out_gpu.down();
     HostTensor ref_out = make_out(c.geo, DType::f64, rows);
     HostTensor app = masked(c.ids, ap), fls = masked(c.ids, fl);

@@ -3,6 +3,8 @@
 // A PDL consumer that read its inputs before griddepcontrol.wait would see the stale bytes.
 #include <cuda_runtime.h>
 
+#include <stdexcept>
+
 #include "late_writer.hpp"
 
 namespace replayssm::test {
@@ -54,6 +56,34 @@ unsigned probe_before_wait(const void* buf, unsigned* seen, cudaStream_t st) {
   cuda_ok(cudaStreamSynchronize(st), "sync");
   cuda_ok(cudaMemcpy(&v, seen, sizeof v, cudaMemcpyDeviceToHost), "D2H");
   return v;
+}
+
+bool dependent_launch_overlaps() {
+  unsigned *dst = nullptr, *src = nullptr, *seen_dev = nullptr;
+  const unsigned stale = 0xdeadbeefu, fresh = 0x12345678u;
+  cuda_ok(cudaMalloc(&dst, 4), "cudaMalloc");
+  cuda_ok(cudaMalloc(&src, 4), "cudaMalloc");
+  cuda_ok(cudaMalloc(&seen_dev, 4), "cudaMalloc");  // before the producer: cudaMalloc may synchronize
+  cuda_ok(cudaMemcpy(dst, &stale, 4, cudaMemcpyHostToDevice), "H2D");
+  cuda_ok(cudaMemcpy(src, &fresh, 4, cudaMemcpyHostToDevice), "H2D");
+  cudaStream_t s = nullptr;
+  cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  LateCopies warm;  // both kernels once (dst copied onto seen_dev: dst keeps the stale value)
+  warm.add(seen_dev, dst, 4);
+  launch_late_copies(warm, 0, s);
+  probe_before_wait(dst, seen_dev, s);
+  LateCopies lc;
+  lc.add(dst, src, 4);
+  launch_late_copies(lc, 200000, s);
+  const unsigned seen = probe_before_wait(dst, seen_dev, s);
+  unsigned after = 0;
+  cuda_ok(cudaMemcpy(&after, dst, 4, cudaMemcpyDeviceToHost), "D2H");
+  cudaStreamDestroy(s);
+  cudaFree(dst);
+  cudaFree(src);
+  cudaFree(seen_dev);
+  if (after != fresh) throw std::runtime_error("dependent_launch_overlaps: the producer did not write");
+  return seen == stale;
 }
 
 }  // namespace replayssm::test

@@ -51,8 +51,30 @@ class BehindProducer {
   std::vector<std::unique_ptr<void, cudaError_t (*)(void*)>> staged_;
 };
 
+// A non-blocking stream for the pdl tests (none when `make` is false).
+class PdlStream {
+ public:
+  explicit PdlStream(bool make) {
+    if (make) cuda_ok(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "stream");
+  }
+  ~PdlStream() {
+    if (s_) cudaStreamDestroy(s_);
+  }
+  PdlStream(const PdlStream&) = delete;
+  PdlStream& operator=(const PdlStream&) = delete;
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
 // A dependent (PDL) launch that reads the first 4 bytes of buf without waiting for the previous kernel into the device
 // word `seen`; returns them. Allocate `seen` before launching the producer: cudaMalloc may synchronize the device.
 unsigned probe_before_wait(const void* buf, unsigned* seen, cudaStream_t st = nullptr);
+
+// Whether a dependent launch really starts before a late producer has written (the pdl tests' teeth): a probe behind a
+// producer that spins 200 us must see the word before the producer's write. Warms both kernels up first (under lazy
+// module loading a kernel's first launch waits for the running one).
+bool dependent_launch_overlaps();
 
 }  // namespace replayssm::test

@@ -9,8 +9,9 @@ namespace {
 using namespace gdn_cuda;
 
 // ---- classic step and classic speculative path: GPU vs CPU on the same data ----
-// Three classic steps on GPU and CPU; checks padding rows and the unused slot.
-void expect_classic(const GdnGeometry& geo, DType sd, DType ad, uint64_t seed, bool print) {
+// Three classic steps on GPU and CPU; checks padding rows and the unused slot. pdl: each GPU step launched with
+// DecodeArgs::pdl on a stream of its own behind a late producer that writes the token only after the op has started.
+void expect_classic(const GdnGeometry& geo, DType sd, DType ad, uint64_t seed, bool print, bool pdl = false) {
   std::mt19937_64 rng(seed);
   const std::vector<int32_t> ids = {3, -1, 0, 2};
   DevWeights w(make_weights(geo, rng));
@@ -24,7 +25,18 @@ void expect_classic(const GdnGeometry& geo, DType sd, DType ad, uint64_t seed, b
     HostTensor oc = make_out(geo, ad, 4);
     Mir og(make_out(geo, ad, 4));
     G::decode({geo, tok.t.view(), w.w.view(), cpu.view(), sidx.view(), oc.view()});
-    G::decode({geo, tok.view(), w.view(), gst.d.view(), dsidx.view(), og.d.view()});
+    if (pdl) {
+      const PdlStream s(true);
+      const BehindProducer producer({{tok.qkv.data(), tok.qkv.bytes()}, {tok.a.data(), tok.a.bytes()},
+                                     {tok.b.data(), tok.b.bytes()}},
+                                    100000, s.get());
+      G::DecodeArgs a{geo, tok.view(), w.view(), gst.d.view(), dsidx.view(), og.d.view()};
+      a.pdl = true;
+      G::decode(a, s.get());
+      cuda_ok(cudaStreamSynchronize(s.get()), "pdl step");
+    } else {
+      G::decode({geo, tok.view(), w.view(), gst.d.view(), dsidx.view(), og.d.view()});
+    }
     og.down();
     eo = std::max(eo, max_err(rows_values(og.h, {0, 2, 3}), rows_values(oc, {0, 2, 3})));
     EXPECT_TRUE(pad_untouched(og.h, ids));
@@ -65,6 +77,22 @@ TEST(CudaGdnClassic, CtaShapes) {
           SCOPED_TRACE(std::string(tile) + " warps " + std::to_string(warps));
           expect_classic(geo, sd, DType::bf16, 750 + warps * 7 + int(sd), true);
         }
+}
+
+// The pdl flag (DecodeArgs::pdl): the token is written by a producer that lets the op start first; an op that read it
+// before its griddepcontrol.wait would see NaN bytes. Both classic mappings, 1- and 4-warp CTAs, fp32 / bf16 state.
+// (The replay step: CudaGdnPdl.ReplayReadsAfterTheProducer.)
+TEST(CudaGdnPdl, ClassicReadsAfterTheProducer) {
+  NEED_GPU();
+  ASSERT_TRUE(dependent_launch_overlaps()) << "a dependent launch did not overlap the producer: no teeth";
+  for (const char* tile : kTiles)
+    for (int warps : {1, 4})
+      for (DType sd : {DType::f32, DType::bf16}) {
+        ForceTile ft(tile);
+        ForceWarps fw(warps);
+        SCOPED_TRACE(std::string("classic ") + tile + " warps " + std::to_string(warps) + " " + dn(sd));
+        expect_classic(GdnGeometry{2, 4, 128, 128}, sd, DType::bf16, 900 + warps + int(sd), true, true);
+      }
 }
 
 TEST(CudaGdnClassic, SpecPathAllDtypes) {

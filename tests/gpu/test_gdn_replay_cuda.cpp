@@ -8,7 +8,7 @@ namespace {
 
 using namespace gdn_cuda;
 
-void expect_replay(const Cfg& c, const char* what) {
+Stats expect_replay(const Cfg& c, const char* what) {
   const Stats s = replay_stream(c);
   const double ot = out_tol(c.sd, c.ad, c.rd), stt = state_tol(c.sd, c.rd);
   std::printf("  [replay %s %s/%s ring %s L=%d %s] out %.2e (cpu %.2e, tol %.1e) ckpt %.2e (cpu %.2e) rings %.2e flushes %d\n",
@@ -23,6 +23,23 @@ void expect_replay(const Cfg& c, const char* what) {
     EXPECT_LE(s.rings_cpu, 2 * ot);
     EXPECT_TRUE(s.cursors_eq);
   }
+  return s;
+}
+
+// ReplayDecodeArgs::pdl: the token, the cursors and the rings are written by a producer that lets the op start first;
+// a kernel that read the cursor before its griddepcontrol.wait would see a NaN cursor and skip the row, one that read
+// the token or a ring row would fold NaNs. The fused path (the fp32-state default, and forced for bf16 state), K 128
+// and 64, staggered fill levels with flushes.
+TEST(CudaGdnPdl, ReplayReadsAfterTheProducer) {
+  NEED_GPU();
+  ASSERT_TRUE(dependent_launch_overlaps()) << "a dependent launch did not overlap the producer: no teeth";
+  const ScopedEnv fused("REPLAYSSM_GDN_APPEND", "fused");
+  for (const GdnGeometry& geo : {GdnGeometry{2, 4, 128, 128}, GdnGeometry{2, 4, 64, 128}})
+    for (DType sd : {DType::f32, DType::bf16}) {
+      Cfg c;
+      c.geo = geo; c.sd = sd; c.L = 8; c.steps = 10; c.stagger = true; c.pdl = true; c.seed = 910 + int(sd);
+      EXPECT_GT(expect_replay(c, "pdl").flushes, 0);
+    }
 }
 
 TEST(CudaGdnReplay, AllDtypePairsBothRingDtypes) {

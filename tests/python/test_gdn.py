@@ -157,6 +157,31 @@ def test_replay_decode(device, geo, pair, ring):
     assert ckpt_err <= state_tol(pair[0], wd.ring_dtype) and flushes == 2 * len(wd.live_slots)
 
 
+def test_pdl_flag_gives_the_same_steps_and_is_restored(device):
+    """pdl=True on gdn_decode and gdn_replay_decode (programmatic dependent launch on CUDA, ignored on the CPU): the
+    same truth over three classic steps and two ring cycles, and the thread's launch flag off again after each call."""
+    from replayssm._lib import lib
+    pair = (torch.float32, torch.bfloat16)
+    wd = World(GEOMETRIES[list(GEOMETRIES)[0]], *pair, device, seed=5)
+
+    def decode(tok, state, out):
+        ops.gdn_decode(*wd.args(tok), state, wd.slot_idx, out, scale=wd.scale, pdl=True)
+        assert lib.replayssm_launch_pdl() == 0
+
+    errs, state_err = decode_stream(wd, 3, decode)
+    assert max(errs) <= wd.tol() and state_err <= state_tol(pair[0])
+
+    def step_fn(tok, out, c):
+        ops.gdn_replay_decode(*wd.args(tok), **c.layer(0), slot_idx=wd.slot_idx, out=out, scale=wd.scale, pdl=True)
+        assert lib.replayssm_launch_pdl() == 0
+        c.advance(wd.slot_idx)
+
+    L = 8
+    errs, ckpt_err, flushes = run_replay(wd, L, 2 * L + 3, step_fn)
+    assert max(errs) <= wd.tol()
+    assert ckpt_err <= state_tol(pair[0], wd.ring_dtype) and flushes == 2 * len(wd.live_slots)
+
+
 def test_replay_decode_1000_steps_error_does_not_grow(device):
     wd = World((1, 2, 128, 128), torch.float32, torch.float32, device, rows=3, slots=4, seed=2)
     errs, ckpt_err, flushes = run_replay(wd, 8, 1000)

@@ -24,6 +24,9 @@ void register_bench_gdn(CLI::App& app) {
   cmd->add_option("--ring-dtype", o->ring, "d/k ring dtype: float32 or the activation dtype")->capture_default_str();
   cmd->add_option("--steps", o->steps, "Launches per captured graph")->capture_default_str()->check(CLI::Range(1, 256));
   cmd->add_option("--reps", o->reps, "Graph replays per measurement (median)")->capture_default_str()->check(CLI::Range(1, 100));
+  cmd->add_flag("--pdl", o->pdl,
+                "launch the classic and replay steps as programmatic dependents of the previous kernel (DecodeArgs::pdl, "
+                "ReplayDecodeArgs::pdl; the replay step's fused path only)");
   cmd->add_option("--json", o->json, "Write the results as JSON to this file");
   cmd->callback([o] {
 #if defined(REPLAYSSM_WITH_CUDA)

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/launch_util.cuh"
 #include "replayssm/bench_gdn.hpp"
 #include "replayssm/bench_types.hpp"
 #include "replayssm/replayssm.hpp"
@@ -98,8 +99,9 @@ void run_bench_gdn(const BenchGdnOptions& o) {
   cudaDeviceProp prop{};
   ck(cudaGetDeviceProperties(&prop, 0), "device");
   const double copy = bench::copy_bandwidth_tbps();
-  std::printf("device %s, copy bandwidth %.2f TB/s (read + write); state %s act %s ring %s L=%d B=%d\n", prop.name, copy,
-              o.state.c_str(), o.act.c_str(), o.ring.c_str(), o.L, o.history);
+  std::printf("device %s, copy bandwidth %.2f TB/s (read + write); state %s act %s ring %s L=%d B=%d%s\n", prop.name, copy,
+              o.state.c_str(), o.act.c_str(), o.ring.c_str(), o.L, o.history,
+              cuda::use_pdl(o.pdl) ? "; classic and replay steps launched with pdl" : "");
   std::printf("%-20s %5s %-22s %3s %10s %10s %7s %6s %9s %7s %4s\n", "model", "batch", "op", "T", "us", "MB", "TB/s", "frac",
               "vs classic", "bytes x", "sets");
   cudaStream_t st;
@@ -165,7 +167,7 @@ void run_bench_gdn(const BenchGdnOptions& o) {
       // classic step
       const TensorView pool_state = tv(state, sd, {pool, HV, V, K});
       const double t_classic = time_graph(st, o.reps, per, [&] {
-        for (int i = 0; i < per; ++i) gdn::decode({geo, inputs(B), w, pool_state, sid(i % ns), outv}, st);
+        for (int i = 0; i < per; ++i) gdn::decode({geo, inputs(B), w, pool_state, sid(i % ns), outv, o.pdl}, st);
       });
       report("classic", 0, t_classic, classic_bytes, t_classic, ns, classic_bytes);
 
@@ -185,7 +187,7 @@ void run_bench_gdn(const BenchGdnOptions& o) {
       auto at_w = [&](int wpos) {
         upload(cur, std::vector<int32_t>(size_t(rs), wpos));
         return time_graph(st, o.reps, per, [&] {
-          for (int i = 0; i < per; ++i) gdn::replay_decode({geo, inputs(B), w, cache, sid(i % ns), outv}, st);
+          for (int i = 0; i < per; ++i) gdn::replay_decode({geo, inputs(B), w, cache, sid(i % ns), outv, o.pdl}, st);
         });
       };
       if (L > 1) report("append w=L/2", 0, at_w(L / 2), step_bytes(L / 2), t_classic, ns, classic_bytes);
@@ -194,7 +196,7 @@ void run_bench_gdn(const BenchGdnOptions& o) {
       const double t_cycle = time_graph(st, o.reps, L * ns, [&] {
         for (int i = 0; i < L; ++i)
           for (int s = 0; s < ns; ++s) {
-            gdn::replay_decode({geo, inputs(B), w, cache, sid(s), outv}, st);
+            gdn::replay_decode({geo, inputs(B), w, cache, sid(s), outv, o.pdl}, st);
             advance_cursors(cache.cursor, sid(s), L, st);
           }
       });
@@ -207,7 +209,7 @@ void run_bench_gdn(const BenchGdnOptions& o) {
       const TensorView sid_all = TensorView::contiguous(sidx.p, DType::i32, {int64_t(ns) * B}, Device::cuda(0));
       const double t_model = time_graph(st, o.reps, L * ns, [&] {
         for (int i = 0; i < L; ++i) {
-          for (int s = 0; s < ns; ++s) gdn::replay_decode({geo, inputs(B), w, cache, sid(s), outv}, st);
+          for (int s = 0; s < ns; ++s) gdn::replay_decode({geo, inputs(B), w, cache, sid(s), outv, o.pdl}, st);
           advance_cursors(cache.cursor, sid_all, L, st);
         }
       });

@@ -14,6 +14,7 @@ struct BenchGdnOptions {
   std::string state = "float32", act = "bfloat16", ring = "float32";
   int steps = 16;      // launches per captured graph (the amortised cycle uses L steps)
   int reps = 5;        // graph replays, median
+  bool pdl = false;    // classic and replay steps launched as programmatic dependents (DecodeArgs::pdl)
   std::string json;
 };
 
