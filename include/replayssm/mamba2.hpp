@@ -123,6 +123,10 @@ struct VerifyArgs {
   TensorView slot_idx;         // [rows] int32, < 0 = padding
   TensorView query_start_loc;  // [rows + 1] int32, window of row i = tokens [qsl[i], qsl[i+1])
   TensorView out;              // [tokens, H, P]
+  // CUDA (sm_90): as ReplayDecodeArgs::pdl; before the previous kernel (e.g. commit_cursors) has finished only slot_idx
+  // and the checkpoint are read, so it must not write those two. Ignored on the CPU. Measured (H100, Super, verify +
+  // commit both with pdl): batch 8 -2-3 %, batch 64-512 +5-8 % (the cursor read waits for the wait): small batches only.
+  bool pdl = false;
 };
 void spec_verify(const VerifyArgs& args, Stream stream = nullptr);
 
@@ -139,6 +143,9 @@ struct ClassicSpecArgs {
   TensorView num_accepted;     // [rows] int32, 1..T
   TensorView query_start_loc;  // [rows + 1] int32
   TensorView out;              // [tokens, H, P]
+  // CUDA (sm_90): as DecodeArgs::pdl; before the previous kernel has finished state_indices, num_accepted and the start
+  // state are read, so it must not write those. Ignored on the CPU.
+  bool pdl = false;
 };
 void classic_spec_decode(const ClassicSpecArgs& args, Stream stream = nullptr);
 

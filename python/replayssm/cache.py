@@ -54,13 +54,13 @@ class _ReplayCaches:
         return torch.tensor(list(slot_idx), dtype=torch.int32, device=self.device)
 
     # ---- cursor moves, once per model step ----
-    def advance(self, slot_idx):
-        """Standard decode: after every layer ran the step."""
-        ops.advance_cursors(self.cursor, slot_idx, self.ring_len)
+    def advance(self, slot_idx, pdl=False):
+        """Standard decode: after every layer ran the step. pdl: see ops.advance_cursors."""
+        ops.advance_cursors(self.cursor, slot_idx, self.ring_len, pdl=pdl)
 
-    def commit(self, slot_idx, num_accepted, query_start_loc):
-        """Speculative decode: after every layer verified the windows."""
-        ops.commit_cursors(self.cursor, slot_idx, num_accepted, query_start_loc, self.history, self.window)
+    def commit(self, slot_idx, num_accepted, query_start_loc, pdl=False):
+        """Speculative decode: after every layer verified the windows. pdl: see ops.commit_cursors."""
+        ops.commit_cursors(self.cursor, slot_idx, num_accepted, query_start_loc, self.history, self.window, pdl=pdl)
 
     # ---- admission ----
     def reset_slots(self, slot_idx):

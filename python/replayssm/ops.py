@@ -123,12 +123,13 @@ def mamba2_spec_verify(
     checkpoint: Tensor, x_ring: Tensor, dt_ring: Tensor, B_ring: Tensor, cursor: Tensor,
     slot_idx: Tensor, query_start_loc: Tensor, out: Tensor, history: int, window: int,
     z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None, D: Optional[Tensor] = None,
-    dt_softplus: bool = True,
+    dt_softplus: bool = True, pdl: bool = False,
 ) -> None:
-    """ReplaySSM speculative verify of packed windows (query_start_loc); follow with commit_cursors."""
-    launch("replayssm_mamba2_spec_verify", x.device, *_m2_geometry(x, B), history, window, x, dt, B, C, z, A,
-           dt_bias, D, int(dt_softplus), checkpoint, x_ring, dt_ring, B_ring, cursor, slot_idx,
-           query_start_loc, out)
+    """ReplaySSM speculative verify of packed windows (query_start_loc); follow with commit_cursors.
+    pdl: launch as a programmatic dependent of the previous kernel (mamba2.hpp, VerifyArgs::pdl)."""
+    _launch_pdl(pdl, "replayssm_mamba2_spec_verify", x.device, *_m2_geometry(x, B), history, window, x, dt, B, C, z,
+                A, dt_bias, D, int(dt_softplus), checkpoint, x_ring, dt_ring, B_ring, cursor, slot_idx,
+                query_start_loc, out)
 
 
 @_op("state", "out")
@@ -136,13 +137,13 @@ def mamba2_classic_spec_decode(
     x: Tensor, dt: Tensor, B: Tensor, C: Tensor, A: Tensor, state: Tensor, state_indices: Tensor,
     num_accepted: Tensor, query_start_loc: Tensor, out: Tensor,
     z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None, D: Optional[Tensor] = None,
-    dt_softplus: bool = True,
+    dt_softplus: bool = True, pdl: bool = False,
 ) -> None:
     """Classic speculative path: the window T is state_indices.shape[1]; the state after window token t
-    goes to slot state_indices[i][t]."""
+    goes to slot state_indices[i][t]. pdl: as mamba2_decode's (ClassicSpecArgs::pdl)."""
     window = _sizes(state_indices, "state_indices", 2, "[rows, window]")[1]
-    launch("replayssm_mamba2_classic_spec_decode", x.device, *_m2_geometry(x, B), window, x, dt, B, C, z, A,
-           dt_bias, D, int(dt_softplus), state, state_indices, num_accepted, query_start_loc, out)
+    _launch_pdl(pdl, "replayssm_mamba2_classic_spec_decode", x.device, *_m2_geometry(x, B), window, x, dt, B, C, z,
+                A, dt_bias, D, int(dt_softplus), state, state_indices, num_accepted, query_start_loc, out)
 
 
 # ---------------- Gated DeltaNet ----------------
@@ -211,18 +212,21 @@ def gdn_classic_spec_decode(
 
 
 @_op("cursor")
-def advance_cursors(cursor: Tensor, slot_idx: Tensor, ring_len: int) -> None:
-    """Standard decode, after the last layer: w <- (w + 1) mod ring_len for the rows' slots."""
-    launch("replayssm_advance_cursors", cursor.device, cursor, slot_idx, ring_len)
+def advance_cursors(cursor: Tensor, slot_idx: Tensor, ring_len: int, pdl: bool = False) -> None:
+    """Standard decode, after the last layer: w <- (w + 1) mod ring_len for the rows' slots.
+    pdl: launch as a programmatic dependent of the previous kernel (cursor.hpp)."""
+    _launch_pdl(pdl, "replayssm_advance_cursors", cursor.device, cursor, slot_idx, ring_len)
 
 
 @_op("cursor")
 def commit_cursors(
-    cursor: Tensor, slot_idx: Tensor, num_accepted: Tensor, query_start_loc: Tensor, history: int, window: int
+    cursor: Tensor, slot_idx: Tensor, num_accepted: Tensor, query_start_loc: Tensor, history: int, window: int,
+    pdl: bool = False,
 ) -> None:
-    """Speculative decode, after verify: keep the accepted prefix (rollback = the cursor staying put)."""
-    launch("replayssm_commit_cursors", cursor.device, cursor, slot_idx, num_accepted, query_start_loc, history,
-           window)
+    """Speculative decode, after verify: keep the accepted prefix (rollback = the cursor staying put).
+    pdl: launch as a programmatic dependent of the previous kernel (cursor.hpp)."""
+    _launch_pdl(pdl, "replayssm_commit_cursors", cursor.device, cursor, slot_idx, num_accepted, query_start_loc,
+                history, window)
 
 
 @_op("cursor")

@@ -10,7 +10,7 @@
 
 namespace replayssm::capi {
 
-// replayssm_set_launch_pdl: the pdl flag of this thread's decode and replay_decode calls (both models).
+// replayssm_set_launch_pdl: the pdl flag of this thread's calls of the ops that have one (c_api.h).
 inline thread_local bool t_launch_pdl = false;
 
 // Stores the message for replayssm_last_error() and returns `code`; never throws.

@@ -67,14 +67,16 @@ int replayssm_gdn_preset(const char* name, int32_t geometry[4]) {
 }
 
 int replayssm_advance_cursors(const DLTensor* cursor, const DLTensor* slot_idx, int ring_len, void* stream) {
-  return guarded([&] { advance_cursors(view(cursor, "cursor"), view(slot_idx, "slot_idx"), ring_len, stream); });
+  return guarded([&] {
+    advance_cursors(view(cursor, "cursor"), view(slot_idx, "slot_idx"), ring_len, stream, capi::t_launch_pdl);
+  });
 }
 
 int replayssm_commit_cursors(const DLTensor* cursor, const DLTensor* slot_idx, const DLTensor* num_accepted,
                              const DLTensor* query_start_loc, int history, int window, void* stream) {
   return guarded([&] {
     commit_cursors(view(cursor, "cursor"), view(slot_idx, "slot_idx"), view(num_accepted, "num_accepted"),
-                   view(query_start_loc, "query_start_loc"), SpecConfig{history, window}, stream);
+                   view(query_start_loc, "query_start_loc"), SpecConfig{history, window}, stream, capi::t_launch_pdl);
   });
 }
 

@@ -76,10 +76,11 @@ int replayssm_mamba2_spec_verify(int heads, int headdim, int dstate, int groups,
     mamba2::SpecCache cache{view(checkpoint, "cache.checkpoint"), view(x_ring, "cache.x_ring"),
                             view(dt_ring, "cache.dt_ring"), view(B_ring, "cache.B_ring"),
                             view(cursor, "cache.cursor")};
-    mamba2::spec_verify({{heads, headdim, dstate, groups}, SpecConfig{history, window}, inputs(x, dt, B, C, z),
+    mamba2::VerifyArgs a{{heads, headdim, dstate, groups}, SpecConfig{history, window}, inputs(x, dt, B, C, z),
                          weights(A, dt_bias, D, dt_softplus), cache, view(slot_idx, "slot_idx"),
-                         view(query_start_loc, "query_start_loc"), view(out, "out")},
-                        stream);
+                         view(query_start_loc, "query_start_loc"), view(out, "out")};
+    a.pdl = capi::t_launch_pdl;
+    mamba2::spec_verify(a, stream);
   });
 }
 
@@ -91,11 +92,12 @@ int replayssm_mamba2_classic_spec_decode(int heads, int headdim, int dstate, int
                                          const DLTensor* num_accepted, const DLTensor* query_start_loc,
                                          const DLTensor* out, void* stream) {
   return guarded([&] {
-    mamba2::classic_spec_decode({{heads, headdim, dstate, groups}, window, inputs(x, dt, B, C, z),
-                                 weights(A, dt_bias, D, dt_softplus), view(state, "state"),
-                                 view(state_indices, "state_indices"), view(num_accepted, "num_accepted"),
-                                 view(query_start_loc, "query_start_loc"), view(out, "out")},
-                                stream);
+    mamba2::ClassicSpecArgs a{{heads, headdim, dstate, groups}, window, inputs(x, dt, B, C, z),
+                              weights(A, dt_bias, D, dt_softplus), view(state, "state"),
+                              view(state_indices, "state_indices"), view(num_accepted, "num_accepted"),
+                              view(query_start_loc, "query_start_loc"), view(out, "out")};
+    a.pdl = capi::t_launch_pdl;
+    mamba2::classic_spec_decode(a, stream);
   });
 }
 

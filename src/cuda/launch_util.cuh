@@ -31,9 +31,9 @@ inline void allow_dynamic_smem(Kernel* kernel, size_t smem, const char* what) {
 // replay decode kernels launched this way read only slot_idx and issue only their state / checkpoint loads before
 // griddep_wait() (the producer of the token is still writing it; advance_cursors may be writing the cursors), and
 // trigger their own dependents only after that wait, so at most two kernels of a chain overlap. (The wait is a compiler barrier: in
-// code shared with the launches without pdl it cost the replay and verify kernels 2-10 %, so the replay kernels (and
-// GDN's classic ones) have pdl instances of their own and the verify kernels none; docs/notes-mamba2-cuda.md, twentieth
-// and twenty-first sessions.)
+// code shared with the launches without pdl it cost the replay and verify kernels 2-10 %, so those kernels (and GDN's
+// classic ones, and the classic speculative one) have pdl instances of their own; docs/notes-mamba2-cuda.md, twentieth
+// and twenty-first sessions. The cursor kernels wait, then trigger, unconditionally: cursor_ops.cu.)
 // REPLAYSSM_PDL=0|1 forces it off / on for every such launch (to A/B an engine without changing it).
 inline bool use_pdl(bool requested) {
   const int f = env_choice("REPLAYSSM_PDL", {"0", "1"});

@@ -26,7 +26,9 @@ __device__ __forceinline__ void store_cs(T* p, const float (&v)[Vec16<T>::kN]) {
   __stcs(reinterpret_cast<uint4*>(p), u);
 }
 
-template <class ST, class AT, int N>
+// PDL (ClassicSpecArgs::pdl): state_indices, num_accepted and the start state are read before griddepcontrol.wait,
+// query_start_loc and the window after it (a template parameter: the instances without it are the code as before).
+template <class ST, class AT, int N, bool PDL>
 __global__ void __launch_bounds__(256, 2)
 classic_spec_kernel(const Mamba2ClassicSpecParams cp, const int tiles_per_cta, const int chunks) {
   using V = Vec16<ST>;
@@ -46,9 +48,13 @@ classic_spec_kernel(const Mamba2ClassicSpecParams cp, const int tiles_per_cta, c
 
   const int32_t* si = cp.state_indices + int64_t(row) * cp.si_row;
   if (si[0] < 0) return;  // padding row
-  const int t0 = cp.query_start_loc[row], n = cp.query_start_loc[row + 1] - t0;
+  int t0 = 0, n = 0;
+  if constexpr (!PDL) {
+    t0 = cp.query_start_loc[row];
+    n = cp.query_start_loc[row + 1] - t0;
+  }
   const int k = cp.num_accepted[row];
-  if (n <= 0 || n > cp.window || n > kMaxWin || t0 < 0 || t0 + n > p.tokens || k < 1 || k > cp.window) return;
+  if ((!PDL && (n <= 0 || n > cp.window || n > kMaxWin || t0 < 0 || t0 + n > p.tokens)) || k < 1 || k > cp.window) return;
   const int start = si[k - 1];
   if (start < 0 || start >= p.slots) return;
 
@@ -57,6 +63,13 @@ classic_spec_kernel(const Mamba2ClassicSpecParams cp, const int tiles_per_cta, c
   const bool ok[2] = {active && pr[0] < P, active && pr[1] < P};
   uint4 raw[2][NG];
   load_tile_rows<ST, N>(raw, S0, pr, ok, t);
+  if constexpr (PDL) {  // the previous kernel has finished: the window and its bounds are final
+    griddep_wait();
+    griddep_launch_dependents();
+    t0 = cp.query_start_loc[row];
+    n = cp.query_start_loc[row + 1] - t0;
+    if (n <= 0 || n > cp.window || n > kMaxWin || t0 < 0 || t0 + n > p.tokens) return;
+  }
 
   const int grp = h / (p.heads / p.groups);
   const AT* Bin = static_cast<const AT*>(p.B);
@@ -165,7 +178,10 @@ void mamba2_classic_spec(const Mamba2ClassicSpecParams& p, Stream stream) {
     with_float_type(p.step.act, "x", [&](auto a) {
       using AT = decltype(a);
       with_dstate(p.step.dstate, [&](auto nn) {
-        classic_spec_kernel<ST, AT, decltype(nn)::value><<<grid, block, 0, st>>>(p, sp.tiles_per_cta, sp.chunks);
+        constexpr int N = decltype(nn)::value;
+        const bool pdl = use_pdl(p.step.pdl);
+        launch_kernel(pdl ? classic_spec_kernel<ST, AT, N, true> : classic_spec_kernel<ST, AT, N, false>, grid, block, 0,
+                      st, pdl, "mamba2::classic_spec_decode", p, sp.tiles_per_cta, sp.chunks);
       });
     });
   });

@@ -59,7 +59,10 @@ size_t smem_bytes(int N, int kmax, int PC) {
   return (size_t(kmax + kMaxWin) * (N + kPad) + size_t(kmax) * (PC + kPad)) * sizeof(AT);
 }
 
-template <class ST, class AT, int N>
+// PDL (VerifyArgs::pdl): slot_idx and the checkpoint slice are read before griddepcontrol.wait; query_start_loc, the
+// cursor (commit_cursors may be the kernel before), the rings and the window after it. A template parameter: the
+// instances without it are the code as before (in shared code the wait cost this kernel 2-7 %, twentieth session).
+template <class ST, class AT, int N, bool PDL>
 __global__ void __launch_bounds__(256, 2)
 spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const unsigned hpg, const unsigned hpg_magic) {
   using V = Vec16<ST>;
@@ -89,7 +92,11 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
 
   // ---- wave 1 ----
   const int slot = p.slot_idx[row];
-  const int t0 = vp.query_start_loc[row], n = vp.query_start_loc[row + 1] - t0;
+  int t0 = 0, n = 0;
+  if constexpr (!PDL) {
+    t0 = vp.query_start_loc[row];
+    n = vp.query_start_loc[row + 1] - t0;
+  }
   const float A = p.A[h];
   const float Dh = p.D ? p.D[h] : 0.f;
   const float dt_b = p.dt_bias ? p.dt_bias[h] : 0.f;  // here, not after a window delta's conversion
@@ -97,12 +104,24 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
 
   // ---- wave 2: the cursor (first: wave 3 waits for it), the checkpoint slice, every load at once ----
   const int32_t* cur = rg.cursor + int64_t(slot) * rg.cursor_slot;
-  const int w = cur[0], origin = cur[1];
+  int w = 0, origin = 0;
+  if constexpr (!PDL) {
+    w = cur[0];
+    origin = cur[1];
+  }
   ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + int64_t(h) * P * N;
   const int pr[2] = {p0 + g, p0 + g + 8};
   const bool ok[2] = {active && pr[0] < P, active && pr[1] < P};
   uint4 raw[2][NG];
   load_tile_rows<ST, N>(raw, S, pr, ok, t);
+  if constexpr (PDL) {  // the previous kernel has finished: the window, its bounds and the cursor are final
+    griddep_wait();
+    griddep_launch_dependents();
+    t0 = vp.query_start_loc[row];
+    n = vp.query_start_loc[row + 1] - t0;
+    w = cur[0];
+    origin = cur[1];
+  }
 
   // No window: no outputs and no fold (as on the CPU). Corrupt values: skip the row rather than
   // read or write out of bounds (the host validation names them when it is on).
@@ -389,18 +408,18 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
   }
 }
 
-template <class ST, class AT, int N>
+template <class ST, class AT, int N, bool PDL>
 void launch(const Mamba2VerifyParams& p, cudaStream_t st) {
   const PSplit sp = forced_psplit(choose_psplit(p.step.rows, p.step.heads, p.step.headdim), p.step.headdim);
   const dim3 grid(unsigned(p.step.heads), unsigned(p.step.rows), unsigned(sp.chunks));
   const dim3 block(unsigned(32 * sp.tiles_per_cta));
   const size_t smem = smem_bytes<AT>(N, p.history + p.window, sp.tiles_per_cta * 16);
-  auto kernel = spec_verify_kernel<ST, AT, N>;
+  auto kernel = spec_verify_kernel<ST, AT, N, PDL>;
   allow_dynamic_smem(kernel, smem, "spec_verify");
   const unsigned hpg = unsigned(p.step.heads / p.step.groups);
   // ceil(2^32 / hpg) (0 for hpg = 1: the kernel takes grp = h then)
   const unsigned magic = hpg == 1 ? 0u : unsigned((uint64_t(1) << 32) / hpg + ((uint64_t(1) << 32) % hpg != 0));
-  kernel<<<grid, block, smem, st>>>(p, sp.tiles_per_cta, hpg, magic);
+  launch_kernel(kernel, grid, block, smem, st, PDL, "mamba2::spec_verify", p, sp.tiles_per_cta, hpg, magic);
 }
 
 }  // namespace
@@ -424,7 +443,10 @@ void mamba2_spec_verify(const Mamba2VerifyParams& p, Stream stream) {
     using ST = decltype(s);
     with_float_type(p.step.act, "x", [&](auto a) {
       using AT = decltype(a);
-      with_dstate(p.step.dstate, [&](auto n) { launch<ST, AT, decltype(n)::value>(p, st); });
+      with_dstate(p.step.dstate, [&](auto n) {
+        constexpr int N = decltype(n)::value;
+        use_pdl(p.step.pdl) ? launch<ST, AT, N, true>(p, st) : launch<ST, AT, N, false>(p, st);
+      });
     });
   });
   check_launch("mamba2::spec_verify");

@@ -98,7 +98,7 @@ bool ran_on_cuda(const TensorView& cursor, CudaCursorOp op, const CursorParams& 
 
 }  // namespace
 
-void advance_cursors(TensorView cursor, TensorView slot_idx, int ring_len, Stream stream) {
+void advance_cursors(TensorView cursor, TensorView slot_idx, int ring_len, Stream stream, bool pdl) {
   const CursorArgs a = check_cursor_and_slots(cursor, slot_idx, 1);
   require_unit_stride(slot_idx, "slot_idx");
   if (ring_len < 1 || ring_len > 64) throw Error("ring_len", "must be in [1, 64], got " + std::to_string(ring_len));
@@ -110,6 +110,7 @@ void advance_cursors(TensorView cursor, TensorView slot_idx, int ring_len, Strea
 
   CursorParams p = make_params(cursor, slot_idx, 1);
   p.ring_len = ring_len;
+  p.pdl = pdl;
   if (ran_on_cuda(cursor, kCudaAdvance, p, stream)) return;
   for (int64_t i = 0; i < a.rows; ++i) {
     const int32_t s = (*slots)[size_t(i)];
@@ -120,7 +121,7 @@ void advance_cursors(TensorView cursor, TensorView slot_idx, int ring_len, Strea
 }
 
 void commit_cursors(TensorView cursor, TensorView slot_idx, TensorView num_accepted,
-                    TensorView query_start_loc, const SpecConfig& spec, Stream stream) {
+                    TensorView query_start_loc, const SpecConfig& spec, Stream stream, bool pdl) {
   spec.validate("spec");
   const CursorArgs a = check_cursor_and_slots(cursor, slot_idx, 2);
   require_unit_stride(slot_idx, "slot_idx");
@@ -160,6 +161,7 @@ void commit_cursors(TensorView cursor, TensorView slot_idx, TensorView num_accep
   p.ring_len = R;
   p.history = spec.history;
   p.window = spec.window;
+  p.pdl = pdl;
   if (ran_on_cuda(cursor, kCudaCommit, p, stream)) return;
   for (int64_t i = 0; i < a.rows; ++i) {
     const int32_t s = (*slots)[size_t(i)];

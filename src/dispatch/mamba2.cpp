@@ -189,6 +189,7 @@ void spec_verify(const VerifyArgs& a, Stream stream) {
   p.query_start_loc = static_cast<const int32_t*>(a.query_start_loc.data);
   p.history = a.spec.history;
   p.window = a.spec.window;
+  p.step.pdl = a.pdl;
   if (info.dev.type == DeviceType::cuda) {
 #if defined(REPLAYSSM_WITH_CUDA)
     cuda::mamba2_spec_verify(p, stream);
@@ -256,6 +257,7 @@ void classic_spec_decode(const ClassicSpecArgs& a, Stream stream) {
   p.num_accepted = static_cast<const int32_t*>(a.num_accepted.data);
   p.query_start_loc = static_cast<const int32_t*>(a.query_start_loc.data);
   p.window = a.window;
+  p.step.pdl = a.pdl;
   if (info.dev.type == DeviceType::cuda) {
 #if defined(REPLAYSSM_WITH_CUDA)
     cuda::mamba2_classic_spec(p, stream);

@@ -80,6 +80,7 @@ struct CursorParams {
   const int32_t* query_start_loc = nullptr;  // commit (window lengths)
   int ring_len = 1;                          // advance: L; commit: R
   int history = 16, window = 4;              // commit
+  bool pdl = false;                          // CUDA: launched as a programmatic dependent (advance, commit)
 };
 
 }  // namespace replayssm

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "device_tensor.hpp"
+#include "late_writer.hpp"
 #include "replayssm/backend.hpp"
 #include "replayssm/cursor.hpp"
 #include "replayssm/error.hpp"
@@ -116,6 +117,28 @@ struct CpuDiff {
 // spec_verify / classic_spec on the GPU (device mirrors), each call also run by the CPU backend on
 // the same inputs and compared; the host tensors end up holding the GPU results. replay_decode and
 // decode stay on the CPU (the "standard ReplaySSM decode of the same window" comparator).
+// The ops' pdl flag: while g_pdl_on, every GPU call runs with it on a stream of its own, and the buffers it may read
+// only after its griddepcontrol.wait (`late`) are NaN bytes until a producer kernel (late_writer.hpp), which lets the
+// op start at once, writes the true ones 100 us later.
+bool g_pdl_on = false;
+
+template <class Args, class Op>
+void run_on_device(Args& d, const std::vector<TensorView>& late, Op op) {
+  if (!g_pdl_on) {
+    op(d, nullptr);
+  } else {
+    std::vector<std::pair<void*, size_t>> bufs;
+    for (const TensorView& v : late)
+      if (v.defined()) bufs.emplace_back(v.data, size_t(extent_elems(v)) * dtype_size(v.dtype));
+    const PdlStream s(true);
+    const BehindProducer producer(bufs, 100000, s.get());
+    d.pdl = true;
+    op(d, s.get());
+    cuda_ok(cudaStreamSynchronize(s.get()), "pdl op");
+  }
+  cuda_ok(cudaDeviceSynchronize(), "op");
+}
+
 Backend gpu_backend(CpuDiff* diff) {
   Backend b = cpu_backend();
   b.spec_verify = [diff](const mamba2::VerifyArgs& a) {
@@ -133,8 +156,10 @@ Backend gpu_backend(CpuDiff* diff) {
       d.cache = {m.up(a.cache.checkpoint), m.up(a.cache.x_ring), m.up(a.cache.dt_ring), m.up(a.cache.B_ring),
                  m.up(a.cache.cursor)};
       d.slot_idx = m.up(a.slot_idx); d.query_start_loc = m.up(a.query_start_loc); d.out = m.up(a.out);
-      mamba2::spec_verify(d);
-      cuda_ok(cudaDeviceSynchronize(), "spec_verify");
+      run_on_device(d,
+                    {d.in.x, d.in.dt, d.in.B, d.in.C, d.in.z, d.query_start_loc, d.cache.cursor, d.cache.x_ring,
+                     d.cache.dt_ring, d.cache.B_ring},
+                    [](const mamba2::VerifyArgs& x, Stream s) { mamba2::spec_verify(x, s); });
       for (auto& v : mut) m.down(v);
     }
     if (diff) {
@@ -163,8 +188,8 @@ Backend gpu_backend(CpuDiff* diff) {
       d.in = up(m, a.in); d.w = up(m, a.w);
       d.state = m.up(a.state); d.state_indices = m.up(a.state_indices); d.num_accepted = m.up(a.num_accepted);
       d.query_start_loc = m.up(a.query_start_loc); d.out = m.up(a.out);
-      mamba2::classic_spec_decode(d);
-      cuda_ok(cudaDeviceSynchronize(), "classic_spec");
+      run_on_device(d, {d.in.x, d.in.dt, d.in.B, d.in.C, d.in.z, d.query_start_loc},
+                    [](const mamba2::ClassicSpecArgs& x, Stream s) { mamba2::classic_spec_decode(x, s); });
       for (auto& v : mut) m.down(v);
     }
     if (diff) {
@@ -490,10 +515,12 @@ struct DualStream {
       if (t->view().defined()) t->view().shape[0] = used;
     return qh;
   }
-  void gpu_step(cudaStream_t s = nullptr) {
+  void gpu_step(cudaStream_t s = nullptr, bool pdl = false) {
     HostTensor dummy;
-    mamba2::spec_verify(args(true, dummy), s);
-    commit_cursors(cu.view(), sidx.view(), acc.view(), qsl.view(), spec, s);
+    mamba2::VerifyArgs a = args(true, dummy);
+    a.pdl = pdl;
+    mamba2::spec_verify(a, s);
+    commit_cursors(cu.view(), sidx.view(), acc.view(), qsl.view(), spec, s, pdl);
   }
   void cpu_step(const HostTensor& qh) {
     mamba2::spec_verify(args(false, qh));
@@ -618,6 +645,78 @@ TEST(CudaMamba2Spec, GraphCaptureVerifyPlusCommit) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
+}
+
+// The chain an engine's pdl launches make: verify -> commit -> verify -> commit, every launch a programmatic dependent,
+// captured in one graph. Each verify issues its checkpoint loads under the commit before it, and reads the cursor that
+// commit writes only after its wait; each commit waits for its verify before it moves a cursor. Two steps per replay
+// (the same window tokens twice), against two CPU steps, 200 replays with flushes.
+TEST(CudaMamba2Pdl, VerifyCommitChainInOneGraph) {
+  NEED_GPU();
+  set_device_validation(false);  // the fixed token buffers are longer than qsl[rows]
+  const DtypePair dt{DType::f32, DType::bf16};
+  SpecConfig sc;
+  sc.history = 8; sc.window = 4;
+  DualStream ds(dual_cfg({8, 64, 128, 2}, dt, 8, 23), sc);
+  const PdlStream s(true);
+  HostTensor qh = ds.prepare();
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  cuda_ok(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal), "capture");
+  ds.gpu_step(s.get(), true);
+  ds.gpu_step(s.get(), true);
+  cuda_ok(cudaStreamEndCapture(s.get(), &graph), "capture");
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  const Tol tol = tolerance(dt);
+  double wo = 0;
+  for (int step = 0; step < 200; ++step) {
+    if (step > 0) qh = ds.prepare();
+    cuda_ok(cudaGraphLaunch(exec, s.get()), "launch");
+    cuda_ok(cudaStreamSynchronize(s.get()), "sync");
+    ds.cpu_step(qh);
+    ds.cpu_step(qh);
+    const double eo = ds.out_diff();
+    wo = std::max(wo, eo);
+    ASSERT_LE(eo, 2 * tol.out) << "graph replay " << step;
+    ASSERT_TRUE(ds.cursors_equal()) << "graph replay " << step;
+  }
+  EXPECT_LE(ds.state_diff(), 2 * tol.state + 1e-6);
+  std::printf("  [pdl chain, 200 replays of 2 steps] out vs cpu %.2e\n", wo);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+// The pdl flag on spec_verify and classic_spec_decode: each call's window tokens, window bounds (and for verify the
+// cursors and rings) are written by a producer that lets the op start first (g_pdl_on); the same checks as without it.
+TEST(CudaMamba2Pdl, SpecVerifyAndClassicSpecReadAfterTheProducer) {
+  NEED_GPU();
+  set_device_validation(false);  // its index copies to the host would wait for the producer
+  ASSERT_TRUE(dependent_launch_overlaps()) << "a dependent launch did not overlap the producer: no teeth";
+  g_pdl_on = true;
+  struct Off {
+    ~Off() { g_pdl_on = false; }
+  } off;
+  const DtypePair dt{DType::f32, DType::bf16};
+  {
+    Problem pb(setup({8, 64, 128, 2}, dt, 5, 1, 801));
+    SpecOpts o;
+    o.spec.history = 16; o.spec.window = 4;
+    o.steps = 40;
+    CpuDiff d;
+    const RunLog log = run_spec(pb, o, gpu_backend(&d));
+    expect_spec_clean(log, d, tolerance(dt), "verify with pdl");
+  }
+  {
+    Problem pb(setup({8, 80, 128, 2}, dt, 4, 1, 802, 4 * 4 + 3));
+    CpuDiff d;
+    const RunLog log = run_classic_spec(pb, 4, 12, gpu_backend(&d));
+    const Tol tol = tolerance(dt);
+    EXPECT_LE(log.max_out(), tol.out) << "classic spec with pdl";
+    EXPECT_LE(log.max_state(), tol.state) << "classic spec with pdl";
+    EXPECT_TRUE(log.padding_ok);
+    EXPECT_LE(d.out, 2 * tol.out);
+    EXPECT_LE(d.state, 2 * tol.state + 1e-6);
+  }
 }
 
 // Teeth: a corrupted history ring entry, or a cursor moved by one, must show in the outputs.

@@ -233,6 +233,25 @@ def test_spec_verify_random_acceptance(device, geo, pair):
     assert max(errs) <= out_tol(*pair)
 
 
+def test_spec_pdl_flags_give_the_same_steps_and_are_restored(device):
+    """pdl=True on mamba2_spec_verify and commit_cursors (and mamba2_classic_spec_decode below): the same truth, and the
+    thread's launch flag off again after each call."""
+    from replayssm._lib import lib
+    wd = World(GEOMETRIES["super/tp8"], torch.float32, torch.bfloat16, device, seed=6)
+
+    def verify_fn(tok, qsl, out, c):
+        ops.mamba2_spec_verify(tok["x"], tok["dt"], tok["B"], tok["C"], wd.w["A"], **c.layer(0), slot_idx=wd.slot_idx,
+                               query_start_loc=qsl, out=out, history=8, window=4, pdl=True, **wd.kw(tok))
+        assert lib.replayssm_launch_pdl() == 0
+
+    def commit_fn(acc, qsl, c):
+        c.commit(wd.slot_idx, acc, qsl, pdl=True)
+        assert lib.replayssm_launch_pdl() == 0
+
+    errs = run_spec(wd, history=8, window=4, steps=40, verify_fn=verify_fn, commit_fn=commit_fn)
+    assert max(errs) <= out_tol(torch.float32, torch.bfloat16)
+
+
 # ---------------- classic speculative path ----------------
 
 
@@ -240,14 +259,15 @@ def test_classic_spec_decode(device):
     T, steps = 4, 12
     wd = World(GEOMETRIES["super/tp8"], torch.float32, torch.bfloat16, device, rows=3, slots=3 * T + 1, seed=4)
 
-    def decode(tok, state, si, na, qsl, out):
-        ops.mamba2_classic_spec_decode(tok["x"], tok["dt"], tok["B"], tok["C"], wd.w["A"], state, si, na, qsl, out,
-                                       **wd.kw(tok))
+    for pdl in (False, True):
+        def decode(tok, state, si, na, qsl, out):
+            ops.mamba2_classic_spec_decode(tok["x"], tok["dt"], tok["B"], tok["C"], wd.w["A"], state, si, na, qsl, out,
+                                           pdl=pdl, **wd.kw(tok))
 
-    # the Mamba-2 window carries the exact state (and stores a copy per token)
-    out_errs, state_errs = classic_spec_stream(wd, T, steps, decode, carry_stored=False)
-    assert max(out_errs) <= out_tol(torch.float32, torch.bfloat16)
-    assert max(state_errs) <= state_tol(torch.float32)
+        # the Mamba-2 window carries the exact state (and stores a copy per token)
+        out_errs, state_errs = classic_spec_stream(wd, T, steps, decode, carry_stored=False)
+        assert max(out_errs) <= out_tol(torch.float32, torch.bfloat16)
+        assert max(state_errs) <= state_tol(torch.float32)
 
 
 def test_materialize_then_classic_decode_on_the_checkpoint(device):

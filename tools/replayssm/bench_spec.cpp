@@ -25,6 +25,9 @@ void register_bench_spec(CLI::App& app) {
   cmd->add_option("--act-dtype", o->act, "Activation dtype: bfloat16, float16, float32")->capture_default_str();
   cmd->add_option("--steps", o->steps, "Decode steps per captured graph")->capture_default_str()->check(CLI::Range(4, 512));
   cmd->add_option("--reps", o->reps, "Timed graph replays per measurement (median)")->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->add_flag("--pdl", o->pdl,
+                "launch every op (plain decode, classic spec, verify, commit) as a programmatic dependent of the previous "
+                "kernel (the ops' pdl flag)");
   cmd->add_option("--footprint-mb", o->footprint_mb,
                   "Rotate among slot sets until each path's state pool is at least this big (defeats L2)")
       ->capture_default_str();

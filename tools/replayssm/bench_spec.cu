@@ -148,8 +148,10 @@ void run_bench_spec(const BenchSpecOptions& o) {
   ck(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
   const double copy_bw = bench::copy_bandwidth_tbps() * 1e12;  // bytes / s
   std::printf("bench-spec on %s: copy bandwidth %.2f TB/s (read + write), state %s, act %s, dt %s, history %d, "
-              "%d steps/graph\n", prop.name, copy_bw / 1e12, std::string(dtype_name(sd)).c_str(),
-              std::string(dtype_name(ad)).c_str(), o.dt == "f32" ? "float32" : "act", o.history, o.steps);
+              "%d steps/graph%s\n", prop.name, copy_bw / 1e12, std::string(dtype_name(sd)).c_str(),
+              std::string(dtype_name(ad)).c_str(), o.dt == "f32" ? "float32" : "act", o.history, o.steps,
+              o.pdl ? "; every op launched with pdl (with one slot set, consecutive launches share slots: timing only)"
+                    : "");
   std::mt19937_64 rng(o.seed);
   std::vector<Case> results;
   const int S = o.steps;
@@ -206,6 +208,7 @@ void run_bench_spec(const BenchSpecOptions& o) {
           for (int i = 0; i < S; ++i) {
             mamba2::DecodeArgs a{geo, one, wts, ckpt.v, slots.slice(int64_t(i % Kp) * rows, {rows}),
                                  out.slice(0, {rows, H, P})};
+            a.pdl = o.pdl;
             mamba2::decode(a, s);
           }
         });
@@ -218,6 +221,7 @@ void run_bench_spec(const BenchSpecOptions& o) {
             for (int i = 0; i < S; ++i) {
               mamba2::ClassicSpecArgs a{geo, T, win, wts, pool.v, si.slice(int64_t(i % Kc) * rows * T, {rows, T}),
                                         accd.slice(int64_t(i) * rows, {rows}), qsl.v, out.v};
+              a.pdl = o.pdl;
               mamba2::classic_spec_decode(a, s);
             }
           });
@@ -233,8 +237,9 @@ void run_bench_spec(const BenchSpecOptions& o) {
           for (int i = 0; i < S; ++i) {
             const TensorView sv = slots.slice(int64_t(i % Kp) * rows, {rows});
             mamba2::VerifyArgs a{geo, spec, win, wts, cache, sv, qsl.v, out.v};
+            a.pdl = o.pdl;
             mamba2::spec_verify(a, s);
-            commit_cursors(cur.v, sv, accd.slice(int64_t(i) * rows, {rows}), qsl.v, spec, s);
+            commit_cursors(cur.v, sv, accd.slice(int64_t(i) * rows, {rows}), qsl.v, spec, s, o.pdl);
           }
         };
         const int warm = 3;
@@ -242,7 +247,7 @@ void run_bench_spec(const BenchSpecOptions& o) {
         const double commit_us = time_graph(st, S, o.reps, [&](cudaStream_t s) {
           for (int i = 0; i < S; ++i)
             commit_cursors(cur.v, slots.slice(int64_t(i % Kp) * rows, {rows}), accd.slice(int64_t(i) * rows, {rows}),
-                           qsl.v, spec, s);
+                           qsl.v, spec, s, o.pdl);
         });
         ck(cudaStreamSynchronize(st), "bench");
 

@@ -13,6 +13,7 @@ struct BenchSpecOptions {
   int history = 16;
   std::string state = "float32", act = "bfloat16";
   int steps = 32, reps = 7;
+  bool pdl = false;  // every op launched as a programmatic dependent (the ops' pdl flag; commit_cursors too)
   double footprint_mb = 512;
   std::string dt = "act";  // dtype of dt: act (the activation dtype) or f32
   std::string json;
