@@ -130,6 +130,8 @@ struct Case {
   std::string model;
   int T, batch;
   double plain_us, classic_us, replay_us, commit_us;
+  double layers_us = 0;  // verify of `layers` layers back to back, one commit per step (per layer step)
+  int layers = 0;
   double plain_bytes, classic_bytes, replay_bytes, verify_bytes_flush_free;
   double mem_classic, mem_replay;
   double flush_frac;
@@ -249,6 +251,30 @@ void run_bench_spec(const BenchSpecOptions& o) {
             commit_cursors(cur.v, slots.slice(int64_t(i % Kp) * rows, {rows}), accd.slice(int64_t(i) * rows, {rows}),
                            qsl.v, spec, s, o.pdl);
         });
+        // ---- as a model runs it: the Kp slot sets are Kp layers (each its own checkpoint and rings) sharing one
+        // cursor tensor; every step verifies each layer, then commits once. Time per layer step. ----
+        double layers_us = 0;
+        if (Kp > 1) {
+          DBuf lcur(DType::i32, {int64_t(rows), 2});
+          ck(cudaMemset(lcur.d, 0, size_t(rows) * 8), "memset");
+          const TensorView s0 = slots.slice(0, {rows});  // slot ids 0..rows-1 in every layer
+          std::vector<mamba2::SpecCache> lc;
+          for (int64_t k = 0; k < Kp; ++k)
+            lc.push_back({ckpt.slice(k * rows * H * P * N, {rows, H, P, N}), xr.slice(k * rows * H * R * P, {rows, H, R, P}),
+                          dtr.slice(k * rows * H * R, {rows, H, R}), br.slice(k * rows * G * R * N, {rows, G, R, N}),
+                          lcur.v});
+          const int lsteps = std::max(1, S / Kp);
+          layers_us = time_graph(st, lsteps * Kp, o.reps, [&](cudaStream_t s) {
+            for (int i = 0; i < lsteps; ++i) {
+              for (int64_t k = 0; k < Kp; ++k) {
+                mamba2::VerifyArgs a{geo, spec, win, wts, lc[size_t(k)], s0, qsl.v, out.v};
+                a.pdl = o.pdl;
+                mamba2::spec_verify(a, s);
+              }
+              commit_cursors(lcur.v, s0, accd.slice(int64_t(i) * rows, {rows}), qsl.v, spec, s, o.pdl);
+            }
+          }, warm);
+        }
         ck(cudaStreamSynchronize(st), "bench");
 
         // ---- bytes by count (replay: simulate the cursors over warm-up + timed replays) ----
@@ -284,6 +310,7 @@ void run_bench_spec(const BenchSpecOptions& o) {
         Case c;
         c.model = mname; c.T = T; c.batch = rows;
         c.plain_us = plain_us; c.classic_us = classic_us; c.replay_us = replay_us; c.commit_us = commit_us;
+        c.layers_us = layers_us; c.layers = Kp > 1 ? Kp : 0;
         c.plain_bytes = plain_bytes; c.classic_bytes = classic_bytes;
         c.replay_bytes = rb / double(rowsteps) * rows;
         c.verify_bytes_flush_free = nf_rowsteps ? rb_nf / double(nf_rowsteps) * rows : 0;
@@ -296,25 +323,31 @@ void run_bench_spec(const BenchSpecOptions& o) {
   }
 
   // %copy verify: the same bytes over (verify + commit) - commit, the verify kernel's own rate.
-  std::printf("\n%-21s %2s %5s | %9s %9s %9s %7s | %6s %6s | %6s %6s %6s %6s | %7s %7s %6s | %7s %6s\n", "model", "T",
-              "batch", "plain_us", "classic", "replay", "commit", "cl/pl", "re/pl", "cl/re", "TB/s", "%copy", "%copy",
-              "MB/req", "MB/req", "conc", "%copy", "flush");
-  std::printf("%-21s %2s %5s | %9s %9s %9s %7s | %6s %6s | %6s %6s %6s %6s | %7s %7s %6s | %7s %6s\n", "", "", "", "",
-              "spec", "ver+com", "", "", "", "", "replay", "replay", "verify", "classic", "replay", "x", "classic", "frac");
+  // layers: the verify steps of `lay` layers back to back sharing one cursor tensor, one commit per step (as an engine
+  // runs them), per layer step; ly/cl = that time over the classic speculative path's.
+  std::printf("\n%-21s %2s %5s | %9s %9s %9s %7s | %6s %6s | %6s %6s %6s %6s | %7s %7s %6s | %7s %6s | %8s %5s %3s\n",
+              "model", "T", "batch", "plain_us", "classic", "replay", "commit", "cl/pl", "re/pl", "cl/re", "TB/s", "%copy",
+              "%copy", "MB/req", "MB/req", "conc", "%copy", "flush", "layers", "ly/cl", "lay");
+  std::printf("%-21s %2s %5s | %9s %9s %9s %7s | %6s %6s | %6s %6s %6s %6s | %7s %7s %6s | %7s %6s | %8s %5s %3s\n", "",
+              "", "", "", "spec", "ver+com", "", "", "", "", "replay", "replay", "verify", "classic", "replay", "x",
+              "classic", "frac", "ver", "", "");
   nlohmann::json js = nlohmann::json::array();
   for (const Case& c : results) {
     const double tbs = c.replay_bytes / (c.replay_us * 1e-6) / 1e12;
     const double vtbs = c.replay_bytes / (std::max(c.replay_us - c.commit_us, 1e-3) * 1e-6) / 1e12;
     const double ctbs = c.classic_bytes / (c.classic_us * 1e-6) / 1e12;
-    std::printf("%-21s %2d %5d | %9.2f %9.2f %9.2f %7.2f | %6.2f %6.2f | %6.2f %6.2f %6.1f %6.1f | %7.2f %7.2f %6.2f | %7.1f %6.3f\n",
+    std::printf("%-21s %2d %5d | %9.2f %9.2f %9.2f %7.2f | %6.2f %6.2f | %6.2f %6.2f %6.1f %6.1f | %7.2f %7.2f %6.2f | %7.1f %6.3f"
+                " | %8.2f %5.2f %3d\n",
                 c.model.c_str(), c.T, c.batch, c.plain_us, c.classic_us, c.replay_us, c.commit_us, c.classic_us / c.plain_us,
                 c.replay_us / c.plain_us, c.classic_us / c.replay_us, tbs, 100.0 * tbs * 1e12 / copy_bw,
                 100.0 * vtbs * 1e12 / copy_bw, c.mem_classic / 1048576.0, c.mem_replay / 1048576.0,
-                c.mem_classic / c.mem_replay, 100.0 * ctbs * 1e12 / copy_bw, c.flush_frac);
+                c.mem_classic / c.mem_replay, 100.0 * ctbs * 1e12 / copy_bw, c.flush_frac, c.layers_us,
+                c.layers_us > 0 ? c.layers_us / c.classic_us : 0.0, c.layers);
     js.push_back({{"model", c.model}, {"T", c.T}, {"batch", c.batch}, {"history", o.history},
                   {"state_dtype", std::string(dtype_name(sd))}, {"act_dtype", std::string(dtype_name(ad))},
                   {"classic_plain_us", c.plain_us}, {"classic_spec_us", c.classic_us}, {"replay_verify_commit_us", c.replay_us},
-                  {"commit_us", c.commit_us}, {"classic_spec_over_plain", c.classic_us / c.plain_us},
+                  {"commit_us", c.commit_us}, {"replay_layers_us", c.layers_us}, {"layers", c.layers},
+                  {"classic_spec_over_plain", c.classic_us / c.plain_us},
                   {"replay_over_plain", c.replay_us / c.plain_us}, {"classic_over_replay", c.classic_us / c.replay_us},
                   {"bytes_plain", c.plain_bytes}, {"bytes_classic_spec", c.classic_bytes}, {"bytes_replay_amortised", c.replay_bytes},
                   {"bytes_replay_nonflush", c.verify_bytes_flush_free}, {"replay_TBps", tbs}, {"classic_TBps", ctbs},
