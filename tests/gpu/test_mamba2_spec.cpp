@@ -609,42 +609,54 @@ TEST(CudaMamba2Spec, DeviceStreamWithGpuCommitAndReset) {
   std::printf("  [device stream 500 steps] out vs cpu %.2e, checkpoint vs cpu %.2e\n", wo, ws);
 }
 
+// `steps` verify + commit steps (pdl: every launch a programmatic dependent) captured once in a graph, replayed
+// `replays` times on fresh windows / accepted counts (device data: the graph serves any values), each replay against as
+// many CPU steps on the same inputs; outputs and cursors after every replay, the checkpoint at the end. Returns the
+// largest output difference.
+double replay_graph_against_cpu(DualStream& ds, cudaStream_t s, int steps, bool pdl, int replays, const Tol& tol) {
+  HostTensor qh = ds.prepare();
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  cuda_ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+  for (int i = 0; i < steps; ++i) ds.gpu_step(s, pdl);
+  cuda_ok(cudaStreamEndCapture(s, &graph), "capture");
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  double wo = 0;
+  for (int r = 0; r < replays; ++r) {
+    if (r > 0) qh = ds.prepare();
+    cuda_ok(cudaGraphLaunch(exec, s), "launch");
+    cuda_ok(cudaStreamSynchronize(s), "sync");
+    for (int i = 0; i < steps; ++i) ds.cpu_step(qh);
+    const double eo = ds.out_diff();
+    wo = std::max(wo, eo);
+    EXPECT_LE(eo, 2 * tol.out) << "graph replay " << r;
+    EXPECT_TRUE(ds.cursors_equal()) << "graph replay " << r;
+    if (::testing::Test::HasFailure()) break;
+  }
+  EXPECT_LE(ds.state_diff(), 2 * tol.state + 1e-6);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return wo;
+}
+
+// replay_graph_against_cpu on a Super shard (8 heads, headdim 64, dstate 128, 2 groups), 8 rows, fp32 state / bf16
+// activations, on a stream of its own.
+double graph_stream(int history, int window, uint64_t seed, int steps, bool pdl, int replays) {
+  set_device_validation(false);  // the fixed token buffers are longer than qsl[rows]
+  const DtypePair dt{DType::f32, DType::bf16};
+  SpecConfig sc;
+  sc.history = history; sc.window = window;
+  DualStream ds(dual_cfg({8, 64, 128, 2}, dt, 8, seed), sc);
+  const PdlStream s(true);
+  return replay_graph_against_cpu(ds, s.get(), steps, pdl, replays, tolerance(dt));
+}
+
 // verify + commit captured once in a CUDA graph, replayed for many steps (inputs refreshed in the
 // same device buffers between replays); the CPU backend mirrors each step.
 TEST(CudaMamba2Spec, GraphCaptureVerifyPlusCommit) {
   NEED_GPU();
-  set_device_validation(false);  // the fixed token buffers are longer than qsl[rows]
-  const DtypePair dt{DType::f32, DType::bf16};
-  SpecConfig sc;
-  sc.history = 16; sc.window = 6;
-  DualStream ds(dual_cfg({8, 64, 128, 2}, dt, 8, 21), sc);
-  cudaStream_t s;
-  cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
-  HostTensor qh = ds.prepare();
-  // capture (window lengths / accepted counts are device data: the graph is valid for any values)
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  cuda_ok(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
-  ds.gpu_step(s);
-  cuda_ok(cudaStreamEndCapture(s, &graph), "capture");
-  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  const Tol tol = tolerance(dt);
-  double wo = 0;
-  for (int step = 0; step < 400; ++step) {
-    if (step > 0) qh = ds.prepare();
-    cuda_ok(cudaGraphLaunch(exec, s), "launch");
-    cuda_ok(cudaStreamSynchronize(s), "sync");
-    ds.cpu_step(qh);
-    const double eo = ds.out_diff();
-    wo = std::max(wo, eo);
-    ASSERT_LE(eo, 2 * tol.out) << "graph step " << step;
-    ASSERT_TRUE(ds.cursors_equal()) << "graph step " << step;
-  }
-  EXPECT_LE(ds.state_diff(), 2 * tol.state + 1e-6);
+  const double wo = graph_stream(16, 6, 21, 1, false, 400);
   std::printf("  [graph 400 replays] out vs cpu %.2e\n", wo);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(s);
 }
 
 // The chain an engine's pdl launches make: verify -> commit -> verify -> commit, every launch a programmatic dependent,
@@ -653,37 +665,8 @@ TEST(CudaMamba2Spec, GraphCaptureVerifyPlusCommit) {
 // (the same window tokens twice), against two CPU steps, 200 replays with flushes.
 TEST(CudaMamba2Pdl, VerifyCommitChainInOneGraph) {
   NEED_GPU();
-  set_device_validation(false);  // the fixed token buffers are longer than qsl[rows]
-  const DtypePair dt{DType::f32, DType::bf16};
-  SpecConfig sc;
-  sc.history = 8; sc.window = 4;
-  DualStream ds(dual_cfg({8, 64, 128, 2}, dt, 8, 23), sc);
-  const PdlStream s(true);
-  HostTensor qh = ds.prepare();
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  cuda_ok(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal), "capture");
-  ds.gpu_step(s.get(), true);
-  ds.gpu_step(s.get(), true);
-  cuda_ok(cudaStreamEndCapture(s.get(), &graph), "capture");
-  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  const Tol tol = tolerance(dt);
-  double wo = 0;
-  for (int step = 0; step < 200; ++step) {
-    if (step > 0) qh = ds.prepare();
-    cuda_ok(cudaGraphLaunch(exec, s.get()), "launch");
-    cuda_ok(cudaStreamSynchronize(s.get()), "sync");
-    ds.cpu_step(qh);
-    ds.cpu_step(qh);
-    const double eo = ds.out_diff();
-    wo = std::max(wo, eo);
-    ASSERT_LE(eo, 2 * tol.out) << "graph replay " << step;
-    ASSERT_TRUE(ds.cursors_equal()) << "graph replay " << step;
-  }
-  EXPECT_LE(ds.state_diff(), 2 * tol.state + 1e-6);
+  const double wo = graph_stream(8, 4, 23, 2, true, 200);
   std::printf("  [pdl chain, 200 replays of 2 steps] out vs cpu %.2e\n", wo);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 
 // The pdl flag on spec_verify and classic_spec_decode: each call's window tokens, window bounds (and for verify the
