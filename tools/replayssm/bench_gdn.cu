@@ -50,6 +50,12 @@ struct Buf {
 TensorView tv(const Buf& b, DType t, std::initializer_list<int64_t> shape) {
   return TensorView::contiguous(b.p, t, shape, Device::cuda(0));
 }
+// Block k of a pool buffer cut into blocks of `shape` (k = 0, 1, ...).
+TensorView tv_block(const Buf& b, DType t, int64_t k, std::initializer_list<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return TensorView::contiguous(static_cast<char*>(b.p) + k * n * int64_t(dtype_size(t)), t, shape, Device::cuda(0));
+}
 void upload(Buf& b, const std::vector<int32_t>& v) { ck(cudaMemcpy(b.p, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "H2D"); }
 
 // Median microseconds per launch of `body` (which enqueues `per` launches on st).
@@ -273,6 +279,27 @@ void run_bench_gdn(const BenchGdnOptions& o) {
         const double v_bytes = B * (state_b * (1 + 1 / flush_every) + fill * (HV * V * er + H * K * er + HV * 4.0) +
                                     T * (tok_in + tok_out + HV * V * er + H * K * er + HV * 4.0));
         report("verify+commit", T, t_v, v_bytes, t_cs, ns, cs_bytes);
+        // As an engine runs it: the ns slot sets as ns layers (each its own checkpoint and rings, the same slot ids)
+        // sharing one cursor tensor; every step verifies each layer, then commits once. Per layer step.
+        if (ns > 1) {
+          Buf lcur(size_t(B) * 8);
+          std::vector<gdn::SpecCache> lc;
+          for (int k = 0; k < ns; ++k)
+            lc.push_back({tv_block(state, sd, k, {B, HV, V, K}), tv_block(sdr, rd, k, {B, HV, R, V}),
+                          tv_block(skr, rd, k, {B, H, R, K}), tv_block(sgr, DType::f32, k, {B, HV, R}),
+                          tv(lcur, DType::i32, {B, 2})});
+          const int lsteps = std::max(1, nsteps / ns);
+          const double t_lay = time_graph(st, o.reps, lsteps * ns, [&] {
+            for (int i = 0; i < lsteps; ++i) {
+              for (int k = 0; k < ns; ++k)
+                gdn::spec_verify({geo, spec, inputs(ntok), w, lc[size_t(k)], sid(0), tv(qsl_b, DType::i32, {B + 1}), outT},
+                                 st);
+              commit_cursors(tv(lcur, DType::i32, {B, 2}), sid(0), tv(acc_b, DType::i32, {B}),
+                             tv(qsl_b, DType::i32, {B + 1}), spec, st, o.pdl);
+            }
+          });
+          report("verify, " + std::to_string(ns) + " layers", T, t_lay, v_bytes, t_cs, ns, cs_bytes);
+        }
       }
     }
   }
