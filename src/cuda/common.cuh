@@ -118,6 +118,13 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // previous kernel has completed and its writes are visible (a no-op for a kernel launched without it).
 __device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+// The rule of every kernel that takes pdl: wait for the previous kernel, then let the next one start, never the other
+// way round. A kernel that triggered before its own wait could let its dependent overlap the kernel before it (which
+// may be writing the dependent's checkpoint), so with this order at most two kernels of a chain overlap.
+__device__ __forceinline__ void griddep_wait_then_release() {
+  griddep_wait();
+  griddep_launch_dependents();
+}
 
 // Groups: commit closes this thread's copies issued since the last commit; wait_group<N> returns once at most
 // the N most recent groups are still in flight (a multi-stage pipeline waits for its oldest stage).

@@ -2,11 +2,11 @@
 // accepted count is out of range are skipped, so bad device data can never move a cursor out of its
 // range (with device validation on, the host catches them first and names them). Each op is one tiny
 // launch, so a decode step (all layers + the cursor op) stays graph-capturable.
-// Programmatic dependent launch: every cursor kernel first waits for the previous kernel (a no-op unless it was itself
-// launched with pdl, CursorParams::pdl: then it starts under that kernel's last wave), then lets its dependents start (a
-// replay or verify step launched with pdl issues its checkpoint loads while the cursors move, and reads the cursor
-// after its own wait). Triggering only after the wait keeps the chain's rule (launch_util.cuh): a pdl kernel overlaps
-// its immediate predecessor only, never the replay or verify step before it, which may be writing its checkpoint.
+// Programmatic dependent launch: every cursor kernel first waits for the previous kernel (a no-op unless it was
+// itself launched with pdl, CursorParams::pdl: then it starts under that kernel's last wave), then lets its
+// dependents start (a replay or verify step launched with pdl issues its checkpoint loads while the cursors move, and
+// reads the cursor after its own wait): griddep_wait_then_release(), whose order keeps a pdl kernel from overlapping
+// anything but its immediate predecessor (the replay or verify step before a cursor op may be writing its checkpoint).
 #include "cuda/common.cuh"
 #include "cuda/launch_util.cuh"
 #include "cuda/ops.hpp"
@@ -15,8 +15,7 @@ namespace replayssm::cuda {
 namespace {
 
 __global__ void advance_kernel(const CursorParams p) {
-  griddep_wait();
-  griddep_launch_dependents();
+  griddep_wait_then_release();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= p.rows) return;
   const int s = p.slot_idx[i];
@@ -28,8 +27,7 @@ __global__ void advance_kernel(const CursorParams p) {
 }
 
 __global__ void commit_kernel(const CursorParams p) {
-  griddep_wait();
-  griddep_launch_dependents();
+  griddep_wait_then_release();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= p.rows) return;
   const int s = p.slot_idx[i];
@@ -48,8 +46,7 @@ __global__ void commit_kernel(const CursorParams p) {
 }
 
 __global__ void reset_kernel(const CursorParams p) {
-  griddep_wait();
-  griddep_launch_dependents();
+  griddep_wait_then_release();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= p.rows) return;
   const int s = p.slot_idx[i];

@@ -39,8 +39,7 @@ __global__ void __launch_bounds__(128, 4) gdn_decode_kernel(const GdnStepParams 
 #pragma unroll
     for (int m = 0; m < NCH; ++m) raw[r][m] = VT::load_raw(S + int64_t(i0 + 8 * r) * K + TL::col(m, t));
   if constexpr (PDL) {  // the producer of the token has finished
-    griddep_wait();
-    griddep_launch_dependents();
+    griddep_wait_then_release();
   }
   const void* vp = cptr(p.v, p.act, int64_t(row) * p.v_tok + int64_t(hv) * p.v_head);
   float v[RPT];
@@ -110,8 +109,7 @@ __global__ void __launch_bounds__(128, kWideMinCtas<ST>) gdn_decode_wide_kernel(
 #pragma unroll
     for (int m = 0; m < NCH; ++m) raw[r][m] = VT::load_raw(S + int64_t(i0 + GPW * r) * K + TL::col(m, t));
   if constexpr (PDL) {  // the producer of the token has finished
-    griddep_wait();
-    griddep_launch_dependents();
+    griddep_wait_then_release();
   }
   const TokenRaw<K> tr = token_load<K>(p, row, hv / (p.v_heads / p.k_heads), hv);
   const void* vp = cptr(p.v, p.act, int64_t(row) * p.v_tok + int64_t(hv) * p.v_head);

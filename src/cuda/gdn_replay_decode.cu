@@ -80,8 +80,7 @@ __device__ __forceinline__ void replay_quad_row(const GdnReplayParams P, const i
 #pragma unroll
     for (int m = 0; m < NCH; ++m) raw[r][m] = VT::load_raw(S + int64_t(i0 + 8 * r) * K + TL::col(m, t));
   if constexpr (PDL) {  // the previous kernel has finished: the cursor and the token are final
-    griddep_wait();
-    griddep_launch_dependents();
+    griddep_wait_then_release();
   }
   if constexpr (!FLUSH_ONLY) w = R.cursor[int64_t(slot) * R.cursor_slot];  // fused: behind the checkpoint loads
   const void* vp = cptr(p.v, p.act, int64_t(row) * p.v_tok + int64_t(hv) * p.v_head);

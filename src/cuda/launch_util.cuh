@@ -26,14 +26,13 @@ inline void allow_dynamic_smem(Kernel* kernel, size_t smem, const char* what) {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), what);
 }
 
-// Programmatic dependent launch (sm_90; DecodeArgs::pdl and ReplayDecodeArgs::pdl of both models, as FlashInfer's
-// enable_pdl): the kernel's CTAs may start while the previous kernel of the stream is still running. The classic and
-// replay decode kernels launched this way read only slot_idx and issue only their state / checkpoint loads before
-// griddep_wait() (the producer of the token is still writing it; advance_cursors may be writing the cursors), and
-// trigger their own dependents only after that wait, so at most two kernels of a chain overlap. (The wait is a compiler barrier: in
-// code shared with the launches without pdl it cost the replay and verify kernels 2-10 %, so those kernels (and GDN's
-// classic ones, and the classic speculative one) have pdl instances of their own; docs/notes-mamba2-cuda.md, twentieth
-// and twenty-first sessions. The cursor kernels wait, then trigger, unconditionally: cursor_ops.cu.)
+// Programmatic dependent launch (sm_90; the ops' pdl flag, as FlashInfer's enable_pdl): the kernel's CTAs may start
+// while the previous kernel of the stream is still running. The kernels launched this way read only slot_idx and issue
+// only their state / checkpoint loads before griddep_wait_then_release() (common.cuh: the producer of the token is
+// still writing it; advance_cursors may be writing the cursors), so at most two kernels of a chain overlap. (The wait is
+// a compiler barrier: in code shared with the launches without pdl it cost the replay and verify kernels 2-10 %, so
+// those kernels, GDN's classic ones and the classic speculative one have pdl instances of their own;
+// docs/notes-mamba2-cuda.md, twentieth and twenty-first sessions. The cursor kernels call it unconditionally.)
 // REPLAYSSM_PDL=0|1 forces it off / on for every such launch (to A/B an engine without changing it).
 inline bool use_pdl(bool requested) {
   const int f = env_choice("REPLAYSSM_PDL", {"0", "1"});

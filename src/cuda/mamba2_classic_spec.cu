@@ -64,8 +64,7 @@ classic_spec_kernel(const Mamba2ClassicSpecParams cp, const int tiles_per_cta, c
   uint4 raw[2][NG];
   load_tile_rows<ST, N>(raw, S0, pr, ok, t);
   if constexpr (PDL) {  // the previous kernel has finished: the window and its bounds are final
-    griddep_wait();
-    griddep_launch_dependents();
+    griddep_wait_then_release();
     t0 = cp.query_start_loc[row];
     n = cp.query_start_loc[row + 1] - t0;
     if (n <= 0 || n > cp.window || n > kMaxWin || t0 < 0 || t0 + n > p.tokens) return;

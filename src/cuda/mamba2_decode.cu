@@ -41,8 +41,7 @@ classic_decode_kernel(const Mamba2StepParams p, const int tiles_per_cta, const i
 
   uint4 raw[2][NG];
   load_tile_rows<ST, N>(raw, S, pr, ok, t);
-  griddep_wait();  // pdl: the producer of x, dt, B, C, z has finished (launch_util.cuh, launch_kernel)
-  griddep_launch_dependents();
+  griddep_wait_then_release();  // pdl: the producer of x, dt, B, C, z has finished (launch_util.cuh, launch_kernel)
 
   const int grp = h / (p.heads / p.groups);
   const AT* x = static_cast<const AT*>(p.x) + int64_t(row) * p.x_tok + int64_t(h) * p.x_head;
@@ -144,8 +143,7 @@ classic_stream_kernel(const Mamba2StepParams p, const int stages) {
       if (blockIdx.x + s * gridDim.x < items) issue(blockIdx.x + s * gridDim.x, s);
   }
   __syncthreads();
-  griddep_wait();  // pdl: only slot_idx and the state were read above
-  griddep_launch_dependents();
+  griddep_wait_then_release();  // pdl: only slot_idx and the state were read above
 
   // The next item's small inputs are fetched into registers while the current item computes, so
   // their latency is hidden as well (each thread holds 2 of the N entries of B and C).

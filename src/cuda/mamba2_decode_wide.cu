@@ -69,8 +69,7 @@ classic_wide_kernel(const Mamba2StepParams p, const int chunks) {
 #pragma unroll
   for (int k = 0; k < CPL; ++k)
     raw[k] = ok ? V::load_raw(S + (j + k * LPR) * VEC) : make_uint4(0, 0, 0, 0);
-  griddep_wait();  // pdl: the producer of the step's inputs has finished (launch_util.cuh, launch_kernel)
-  griddep_launch_dependents();
+  griddep_wait_then_release();  // pdl: the producer of the step's inputs has finished (launch_util.cuh, launch_kernel)
 
   // 2. the step's inputs, right behind the state loads.
   const int grp = h / (p.heads / p.groups);

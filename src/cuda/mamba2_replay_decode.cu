@@ -147,8 +147,7 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
   uint4 raw[2][NG];
   load_tile_rows<ST, N>(raw, S, pr, ok, t);
   if constexpr (PDL) {  // the previous kernel has finished: the cursor and the step's inputs are final
-    griddep_wait();
-    griddep_launch_dependents();
+    griddep_wait_then_release();
     w = rg.cursor[int64_t(slot) * rg.cursor_slot];
   }
 

@@ -115,8 +115,7 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
   uint4 raw[2][NG];
   load_tile_rows<ST, N>(raw, S, pr, ok, t);
   if constexpr (PDL) {  // the previous kernel has finished: the window, its bounds and the cursor are final
-    griddep_wait();
-    griddep_launch_dependents();
+    griddep_wait_then_release();
     t0 = vp.query_start_loc[row];
     n = vp.query_start_loc[row + 1] - t0;
     w = cur[0];

@@ -66,8 +66,8 @@ bool dependent_launch_overlaps() {
   cuda_ok(cudaMalloc(&seen_dev, 4), "cudaMalloc");  // before the producer: cudaMalloc may synchronize
   cuda_ok(cudaMemcpy(dst, &stale, 4, cudaMemcpyHostToDevice), "H2D");
   cuda_ok(cudaMemcpy(src, &fresh, 4, cudaMemcpyHostToDevice), "H2D");
-  cudaStream_t s = nullptr;
-  cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  const PdlStream ps(true);
+  const cudaStream_t s = ps.get();
   LateCopies warm;  // both kernels once (dst copied onto seen_dev: dst keeps the stale value)
   warm.add(seen_dev, dst, 4);
   launch_late_copies(warm, 0, s);
@@ -78,7 +78,6 @@ bool dependent_launch_overlaps() {
   const unsigned seen = probe_before_wait(dst, seen_dev, s);
   unsigned after = 0;
   cuda_ok(cudaMemcpy(&after, dst, 4, cudaMemcpyDeviceToHost), "D2H");
-  cudaStreamDestroy(s);
   cudaFree(dst);
   cudaFree(src);
   cudaFree(seen_dev);

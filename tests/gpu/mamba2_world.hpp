@@ -304,13 +304,10 @@ class World {
       if (d) bufs.emplace_back(d->data(), d->bytes());
     if (replay)
       for (auto* d : {dcursor.get(), dxr.get(), ddtr.get(), dBr.get()}) bufs.emplace_back(d->data(), d->bytes());
-    if (!pdl_stream) cuda_ok(cudaStreamCreateWithFlags(&pdl_stream, cudaStreamNonBlocking), "stream");
-    return std::make_unique<BehindProducer>(bufs, c.pdl_spin_ns, pdl_stream);
+    if (!pdl_stream) pdl_stream = std::make_unique<PdlStream>(true);
+    return std::make_unique<BehindProducer>(bufs, c.pdl_spin_ns, pdl_stream->get());
   }
-  ~World() {
-    if (pdl_stream) cudaStreamDestroy(pdl_stream);
-  }
-  cudaStream_t pdl_stream = nullptr;
+  std::unique_ptr<PdlStream> pdl_stream;  // made by the first pdl step
 
   // One full step: GPU (public API on CUDA tensors), CPU (same call on host copies), oracle.
   // Then advance cursors on both (replay only).
@@ -321,12 +318,12 @@ class World {
       producer = inputs_behind_producer(in, false);
       auto ca = classic_args(in, true);
       ca.pdl = true;
-      mamba2::decode(ca, pdl_stream);
+      mamba2::decode(ca, pdl_stream->get());
     } else if (c.pdl) {
       producer = inputs_behind_producer(in, true);
       auto ra = replay_args(in, true);
       ra.pdl = true;
-      mamba2::replay_decode(ra, pdl_stream);
+      mamba2::replay_decode(ra, pdl_stream->get());
     } else if (classic) {
       mamba2::decode(classic_args(in, true));
     } else {

@@ -119,11 +119,11 @@ TEST(CudaMamba2Classic, WideTileAllDtypePairs) {
   }
 }
 
-// The classic op's pdl flag (programmatic dependent launch): the kernel starts while the producer of its inputs still
-// runs, issues its state loads, and reads everything else after griddepcontrol.wait. Each step's device inputs are NaN
-// bytes until a producer kernel, which lets the op start at once, writes the true ones 100 us later
+// The classic and replay ops' pdl flag (programmatic dependent launch): the kernel starts while the producer of its
+// inputs still runs, issues its state loads, and reads everything else after griddepcontrol.wait. Each step's device
+// inputs are NaN bytes until a producer kernel, which lets the op start at once, writes the true ones 100 us later
 // (WorldConfig::pdl). First the harness shows its teeth: a dependent that reads without waiting sees the stale bytes.
-// Then every classic schedule (the flag is the classic step's only: mamba2.hpp, DecodeArgs::pdl).
+// Then every classic schedule (DecodeArgs::pdl), then the replay step (below).
 TEST(CudaMamba2Pdl, InputsReadAfterTheProducer) {
   NEED_GPU();
   set_device_validation(false);  // its index copies to the host would wait for the producer
