@@ -251,8 +251,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
   issue_ckpt(0);
   __syncwarp();  // the barriers are initialised before any lane waits on them
   if constexpr (PDL) {  // the previous kernel has finished: the window, its bounds and the cursor are final
-    griddep_wait();
-    griddep_launch_dependents();
+    griddep_wait_then_release();
     t0 = P.query_start_loc[row];
     n = P.query_start_loc[row + 1] - t0;
   }
