@@ -112,6 +112,9 @@ struct VerifyArgs {
   TensorView slot_idx;
   TensorView query_start_loc;
   TensorView out;  // [tokens, HV, V]
+  // CUDA (sm_90): as ReplayDecodeArgs::pdl; before the previous kernel (e.g. commit_cursors) has finished only slot_idx
+  // and the checkpoint are read, so it must not write those two. Ignored on the CPU.
+  bool pdl = false;
 };
 void spec_verify(const VerifyArgs& args, Stream stream = nullptr);
 

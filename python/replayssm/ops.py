@@ -190,11 +190,12 @@ def gdn_spec_verify(
     q: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, A_log: Tensor, dt_bias: Tensor,
     checkpoint: Tensor, d_ring: Tensor, k_ring: Tensor, g_ring: Tensor, cursor: Tensor,
     slot_idx: Tensor, query_start_loc: Tensor, out: Tensor, history: int, window: int,
-    scale: float = 0.0, qk_l2norm: bool = True,
+    scale: float = 0.0, qk_l2norm: bool = True, pdl: bool = False,
 ) -> None:
-    launch("replayssm_gdn_spec_verify", q.device, *_gdn_geometry(q, v), history, window, q, k, v, a, b, A_log,
-           dt_bias, float(scale), int(qk_l2norm), checkpoint, d_ring, k_ring, g_ring, cursor, slot_idx,
-           query_start_loc, out)
+    """ReplaySSM gated-delta-rule speculative verify. pdl: as gdn_replay_decode's (gdn.hpp, VerifyArgs::pdl)."""
+    _launch_pdl(pdl, "replayssm_gdn_spec_verify", q.device, *_gdn_geometry(q, v), history, window, q, k, v, a, b,
+                A_log, dt_bias, float(scale), int(qk_l2norm), checkpoint, d_ring, k_ring, g_ring, cursor, slot_idx,
+                query_start_loc, out)
 
 
 @_op("state", "out")

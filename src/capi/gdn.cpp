@@ -73,10 +73,11 @@ int replayssm_gdn_spec_verify(int k_heads, int v_heads, int head_k_dim, int head
   return guarded([&] {
     gdn::SpecCache cache{view(checkpoint, "cache.checkpoint"), view(d_ring, "cache.d_ring"),
                          view(k_ring, "cache.k_ring"), view(g_ring, "cache.g_ring"), view(cursor, "cache.cursor")};
-    gdn::spec_verify({{k_heads, v_heads, head_k_dim, head_v_dim}, SpecConfig{history, window}, inputs(q, k, v, a, b),
-                      weights(A_log, dt_bias, scale, qk_l2norm), cache, view(slot_idx, "slot_idx"),
-                      view(query_start_loc, "query_start_loc"), view(out, "out")},
-                     stream);
+    gdn::VerifyArgs va{{k_heads, v_heads, head_k_dim, head_v_dim}, SpecConfig{history, window}, inputs(q, k, v, a, b),
+                       weights(A_log, dt_bias, scale, qk_l2norm), cache, view(slot_idx, "slot_idx"),
+                       view(query_start_loc, "query_start_loc"), view(out, "out")};
+    va.pdl = capi::t_launch_pdl;
+    gdn::spec_verify(va, stream);
   });
 }
 

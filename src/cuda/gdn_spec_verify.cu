@@ -188,7 +188,10 @@ __host__ __device__ __forceinline__ VerifySmem verify_smem(int rpc, int K, int s
 // (one bulk copy on the warp's mbarrier of the item's stage), its d-history and v columns (cp.async), the
 // flush fold, the state tile, the ring term, the transpose and the substitution; item i + 1's copies are in
 // flight while item i is computed.
-template <class ST, class AT, int K, int NT>
+// PDL (VerifyArgs::pdl): slot_idx and item 0's checkpoint rows (the bulk copies) before griddepcontrol.wait;
+// query_start_loc, the cursor (commit_cursors may be the kernel before), the rings and the window after it. A template
+// parameter: the instances without it are the code as before.
+template <class ST, class AT, int K, int NT, bool PDL>
 __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(const GdnVerifyParams P, const int slices,
                                                                               const int ipc) {
   using VT = Vec16<ST>;
@@ -221,9 +224,13 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
 
   // ---- wave 1 ----
   const int slot = p.slot_idx[int64_t(row) * p.slot_idx_stride];
-  const int t0 = P.query_start_loc[row], n = P.query_start_loc[row + 1] - t0;
+  int t0 = 0, n = 0;
+  if constexpr (!PDL) {
+    t0 = P.query_start_loc[row];
+    n = P.query_start_loc[row + 1] - t0;
+  }
   if (slot < 0 || slot >= p.slots) return;  // padding row: nothing read or written (whole CTA)
-  if (n <= 0 || n > kT) return;             // empty window: a no-op (whole CTA)
+  if (!PDL && (n <= 0 || n > kT)) return;   // empty window: a no-op (whole CTA); pdl: checked after the wait
 
   // ---- wave 2: item 0's checkpoint rows (bulk copy per warp), the cursor ----
   const ST* S_row = static_cast<const ST*>(p.state) + int64_t(slot) * p.state_slot + (int64_t(h) * vpk * V + warp * RWW) * K;
@@ -243,9 +250,15 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
   }
   issue_ckpt(0);
   __syncwarp();  // the barriers are initialised before any lane waits on them
+  if constexpr (PDL) {  // the previous kernel has finished: the window, its bounds and the cursor are final
+    griddep_wait_then_release();
+    t0 = P.query_start_loc[row];
+    n = P.query_start_loc[row + 1] - t0;
+  }
   const int w = R.cursor[int64_t(slot) * R.cursor_slot], origin = R.cursor[int64_t(slot) * R.cursor_slot + 1];
-  // corrupt cursor (valid: w <= history, as the host check and the CPU op require): skip the row
-  if (w < 0 || w > HB || w + n > RL || origin < 0 || origin >= RL) {
+  // corrupt cursor (valid: w <= history, as the host check and the CPU op require): skip the row; pdl: an empty window
+  // (a no-op) found only now, after item 0's copies were issued
+  if (w < 0 || w > HB || w + n > RL || origin < 0 || origin >= RL || (PDL && (n <= 0 || n > kT))) {
     mbar_wait(&s_bar[warp][0], 0);  // no copy may still be landing in this CTA's shared memory after it exits
     return;
   }
@@ -666,13 +679,14 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
   const size_t ssz = esize(p.step.state_dtype);
   const int nt = verify_tiles(p.step.rows, p.step.v_heads, V, esize(p.step.act)), warps = verify_warps(p.step.rows, p.step.v_heads, V, nt, ssz);
   const int rpc = warps * kRW * nt, slices = V / rpc, vpk = p.step.v_heads / p.step.k_heads;
+  const bool pdl = use_pdl(p.step.pdl);
   auto launch = [&](auto kernel, size_t smem) {
     allow_dynamic_smem(kernel, smem, "gdn_spec_verify");
     int resident = 0;
     check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, 32 * warps, smem), "gdn_spec_verify");
     const int ipc = verify_ipc(p.step.rows, p.step.k_heads, vpk * slices, slices, resident);
-    kernel<<<dim3(unsigned(p.step.k_heads * (vpk * slices / ipc)), unsigned(p.step.rows)), dim3(unsigned(32 * warps)),
-             smem, st>>>(p, slices, ipc);
+    launch_kernel(kernel, dim3(unsigned(p.step.k_heads * (vpk * slices / ipc)), unsigned(p.step.rows)),
+                  dim3(unsigned(32 * warps)), smem, st, pdl, "gdn_spec_verify", p, slices, ipc);
   };
   with_head_k(p.step.head_k_dim, [&](auto kk) {
     constexpr int K = decltype(kk)::value;
@@ -682,8 +696,8 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
         using AT = decltype(a);
         const size_t smem = verify_smem(rpc, K, int(sizeof(ST)), int(sizeof(AT)), p.history, int(esize(p.ring.k_dtype)),
                                         int(esize(p.ring.d_dtype))).total;
-        if (nt == 2) launch(gdn_verify_kernel<ST, AT, K, 2>, smem);
-        else launch(gdn_verify_kernel<ST, AT, K, 1>, smem);
+        if (nt == 2) pdl ? launch(gdn_verify_kernel<ST, AT, K, 2, true>, smem) : launch(gdn_verify_kernel<ST, AT, K, 2, false>, smem);
+        else pdl ? launch(gdn_verify_kernel<ST, AT, K, 1, true>, smem) : launch(gdn_verify_kernel<ST, AT, K, 1, false>, smem);
       });
     });
   });

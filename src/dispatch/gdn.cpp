@@ -373,6 +373,7 @@ void spec_verify(const VerifyArgs& a, Stream stream) {
   p.query_start_loc = static_cast<const int32_t*>(a.query_start_loc.data);
   p.history = a.spec.history;
   p.window = a.spec.window;
+  p.step.pdl = a.pdl;
   if (on_cuda(c, "spec_verify")) {
 #if defined(REPLAYSSM_WITH_CUDA)
     cuda::gdn_spec_verify(p, stream);

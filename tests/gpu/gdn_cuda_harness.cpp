@@ -148,7 +148,19 @@ Stats spec_stream(const Cfg& c) {
       }
     }
     if (c.with_cpu) G::spec_verify({c.geo, c.spec, hin, w.w.view(), cpu.spec_view(), sidx.view(), qsl_t.h.view(), out_cpu.view()});
-    G::spec_verify({c.geo, c.spec, din, w.view(), gpu.spec_view(), dsidx.view(), qsl_t.d.view(), dout});
+    if (c.pdl) {  // the window, its bounds, the cursors and the rings written by a late producer
+      std::vector<std::pair<void*, size_t>> late;
+      for (DeviceTensor* d : {&tok.qkv, &tok.a, &tok.b, &qsl_t.d, &gpu.cur->d, &gpu.d->d, &gpu.k->d, &gpu.g->d})
+        late.emplace_back(d->data(), d->bytes());
+      const PdlStream ps(true);
+      const BehindProducer producer(late, 100000, ps.get());
+      G::VerifyArgs a{c.geo, c.spec, din, w.view(), gpu.spec_view(), dsidx.view(), qsl_t.d.view(), dout};
+      a.pdl = true;
+      G::spec_verify(a, ps.get());
+      cuda_ok(cudaStreamSynchronize(ps.get()), "pdl verify");
+    } else {
+      G::spec_verify({c.geo, c.spec, din, w.view(), gpu.spec_view(), dsidx.view(), qsl_t.d.view(), dout});
+    }
     out_gpu.down();
     if (!flushed.empty()) {
       gpu.ck->down();

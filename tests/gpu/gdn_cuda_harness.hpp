@@ -139,8 +139,9 @@ struct Cfg {
   // Slot s starts at cursor s % L with a zero history (d = 0, g = 0: S_prev = S0 exactly, as the float64
   // truth assumes; finite k), so one launch mixes every fill level and flushes (split path: both kernels).
   bool stagger = false;
-  // replay_stream: each GPU step launched with ReplayDecodeArgs::pdl on a stream of its own behind a late producer
-  // (late_writer.hpp) that writes the step's token, the cursors and the rings only after the op has started.
+  // replay_stream / spec_stream: each GPU step launched with the op's pdl flag on a stream of its own behind a late
+  // producer (late_writer.hpp) that writes the step's tokens (and window bounds), the cursors and the rings only after
+  // the op has started.
   bool pdl = false;
 };
 

@@ -268,8 +268,9 @@ void run_bench_gdn(const BenchGdnOptions& o) {
         const double t_v = time_graph(st, o.reps, nsteps * ns, [&] {
           for (int i = 0; i < nsteps; ++i)
             for (int s = 0; s < ns; ++s) {
-              gdn::spec_verify({geo, spec, inputs(ntok), w, sc, sid(s), tv(qsl_b, DType::i32, {B + 1}), outT}, st);
-              commit_cursors(sc.cursor, sid(s), tv(acc_b, DType::i32, {B}), tv(qsl_b, DType::i32, {B + 1}), spec, st);
+              gdn::spec_verify({geo, spec, inputs(ntok), w, sc, sid(s), tv(qsl_b, DType::i32, {B + 1}), outT, o.pdl}, st);
+              commit_cursors(sc.cursor, sid(s), tv(acc_b, DType::i32, {B}), tv(qsl_b, DType::i32, {B + 1}), spec, st,
+                             o.pdl);
             }
         });
         // bytes: checkpoint read, the history at its mean fill (about B/2), the window's inputs,
@@ -292,8 +293,8 @@ void run_bench_gdn(const BenchGdnOptions& o) {
           const double t_lay = time_graph(st, o.reps, lsteps * ns, [&] {
             for (int i = 0; i < lsteps; ++i) {
               for (int k = 0; k < ns; ++k)
-                gdn::spec_verify({geo, spec, inputs(ntok), w, lc[size_t(k)], sid(0), tv(qsl_b, DType::i32, {B + 1}), outT},
-                                 st);
+                gdn::spec_verify(
+                    {geo, spec, inputs(ntok), w, lc[size_t(k)], sid(0), tv(qsl_b, DType::i32, {B + 1}), outT, o.pdl}, st);
               commit_cursors(tv(lcur, DType::i32, {B, 2}), sid(0), tv(acc_b, DType::i32, {B}),
                              tv(qsl_b, DType::i32, {B + 1}), spec, st, o.pdl);
             }
