@@ -214,6 +214,26 @@ def test_spec_verify_random_acceptance(device, geo, pair, ring):
     assert max(errs) <= wd.tol()
 
 
+def test_spec_pdl_flags_give_the_same_steps_and_are_restored(device):
+    """pdl=True on gdn_spec_verify and on the caches' commit (CUDA: programmatic dependent launches; the CPU ignores
+    it): the same truth over 30 random-acceptance steps (early flushes included), the thread's flag off after each."""
+    from replayssm._lib import lib
+    wd = World(GEOMETRIES[list(GEOMETRIES)[0]], torch.float32, torch.bfloat16, device, seed=6)
+    history, window = 8, 4
+
+    def verify(tok, qsl, out, c):
+        ops.gdn_spec_verify(*wd.args(tok), **c.layer(0), slot_idx=wd.slot_idx, query_start_loc=qsl, out=out,
+                            history=history, window=window, scale=wd.scale, pdl=True)
+        assert lib.replayssm_launch_pdl() == 0
+
+    def commit(acc, qsl, c):
+        c.commit(wd.slot_idx, acc, qsl, pdl=True)
+        assert lib.replayssm_launch_pdl() == 0
+
+    errs = run_spec(wd, history, window, 30, verify_fn=verify, commit_fn=commit)
+    assert max(errs) <= wd.tol()
+
+
 # ---------------- classic speculative path ----------------
 
 

@@ -371,8 +371,10 @@ Report run_cuda(const Options& o) {
   cudaDeviceProp prop{};
   ck(cudaGetDeviceProperties(&prop, dev), "props");
   rep.device = prop.name;
-  rep.copy_tbps = copy_bandwidth_tbps();
+  // The read-only stream first: measured after the copy probe (whose 4 GiB were just freed) it read 2.57-2.66 TB/s on
+  // H100s where the same kernel on buffers of its own reads ~3.1 (tools/read-probe, twenty-second session).
   rep.read_tbps = read_bandwidth_tbps();
+  rep.copy_tbps = copy_bandwidth_tbps();
   rep.dt_act = o.dt_act;
   rep.pdl = cuda::use_pdl(o.pdl);  // the flag as the library's launches will see it (REPLAYSSM_PDL overrides)
   std::fprintf(stderr, "device %s, %d SMs, L2 %d MB; device-to-device copy %.2f TB/s (read + write); read-only stream %.2f TB/s\n",
