@@ -71,8 +71,11 @@ inline int sm_count() {
 }
 
 // The P axis is cut into 16-row tiles, one warp each. A CTA takes `tiles_per_cta` consecutive tiles
-// of one (row, head): all of them when there is enough parallelism, fewer (more CTAs) when
-// rows * heads is small, so that small batches still spread over every SM.
+// of one (row, head): all of them when rows * heads gives min_ctas_per_sm CTAs per SM, fewer (more CTAs)
+// below that. min_ctas_per_sm = 0: always a whole head (at most 8 tiles), what the replay and verify kernels
+// take (H100, twenty-second session, run 5: at batch 1-8 the split heads paid the CTA prologue - ring staging,
+// bc products, the flush's B fragment table - once per chunk; whole heads were 7-37 % faster in the
+// layers-back-to-back column, the flush up to 45 %).
 struct PSplit {
   int tiles_per_cta = 1, chunks = 1;
 };

@@ -475,7 +475,8 @@ bool small_ctas(int tiles_per_cta, int n) {
 template <class ST, class AT, int N, int KT, bool SX, bool PDL>
 void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
   using SM = ReplaySmem<AT, N, KT, kFlushBParts<ST, AT, SX>>;
-  const PSplit sp = forced_psplit(choose_psplit(p.step.rows, p.step.heads, p.step.headdim), p.step.headdim);
+  // whole heads per CTA at every batch (launch_util.cuh, choose_psplit)
+  const PSplit sp = forced_psplit(choose_psplit(p.step.rows, p.step.heads, p.step.headdim, 0), p.step.headdim);
   const dim3 grid(unsigned(sp.chunks), unsigned(p.step.heads), unsigned(p.step.rows));
   const dim3 block(unsigned(32 * sp.tiles_per_cta));
   const size_t smem = SM::total(16 * sp.tiles_per_cta);

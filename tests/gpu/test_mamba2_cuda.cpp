@@ -242,11 +242,11 @@ TEST(CudaMamba2Replay, FlushScaleVariants) {
 
 // The 64-register instance (REPLAYSSM_M2_REPLAY_DENSE: one CTA more per SM, spills) that large batches of 5-warp
 // CTAs take for 16-bit state with bf16 activations: both flush forms x both routes, the Nano head as whole 5-warp
-// CTAs (REPLAYSSM_M2_TILES=8) and as the small-batch split, with padding rows, every fill level and >= 2 flushes.
+// CTAs (the default, and REPLAYSSM_M2_TILES=8) and split in 2-tile CTAs, with padding rows, every fill level and >= 2 flushes.
 TEST(CudaMamba2Replay, DenseInstance) {
   NEED_GPU();
   const ScopedEnv dense("REPLAYSSM_M2_REPLAY_DENSE", "1");
-  for (const char* tiles : {"8", ""}) {
+  for (const char* tiles : {"8", "2"}) {
     const ScopedEnv shape("REPLAYSSM_M2_TILES", tiles);
     for (const char* sc : {"x", "b"}) {
       const ScopedEnv form("REPLAYSSM_M2_FLUSH_SCALE", sc);
@@ -254,7 +254,7 @@ TEST(CudaMamba2Replay, DenseInstance) {
         for (DType sd : {DType::bf16, DType::f16}) {
           WorldConfig c;
           c.geo = {96, 80, 128, 8}; c.sd = sd; c.ad = DType::bf16; c.L = 16; c.rows = 3; c.pad_rows = 1; c.route = route;
-          c.seed = 1200 + int(sd) + (*sc == 'x' ? 0 : 10) + (*tiles ? 0 : 20) + (route == mamba2::Route::output_only ? 0 : 40);
+          c.seed = 1200 + int(sd) + (*sc == 'x' ? 0 : 10) + (*tiles == '8' ? 0 : 20) + (route == mamba2::Route::output_only ? 0 : 40);
           SCOPED_TRACE(std::string("tiles ") + tiles + " scale " + sc + " " + dn(sd) +
                        (route == mamba2::Route::output_only ? "" : " state_and_output"));
           run_case(c, 2 * c.L + 2, false);

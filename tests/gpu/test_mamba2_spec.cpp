@@ -12,6 +12,7 @@
 
 #include "device_tensor.hpp"
 #include "late_writer.hpp"
+#include "scoped_env.hpp"
 #include "replayssm/backend.hpp"
 #include "replayssm/cursor.hpp"
 #include "replayssm/error.hpp"
@@ -289,11 +290,11 @@ TEST(CudaMamba2Spec, WindowsRingsAndGeometries) {
   }
 }
 
-// The CTA shapes of a serving batch. The launch gives a CTA all P/16 row tiles of a head (4 warps
-// for P = 64, 5 for the Nano head) once rows * heads reaches 8 CTAs per SM (choose_psplit in
-// src/cuda/launch_util.cuh) and splits P over smaller CTAs below that, so the small batches above
-// never run them. Here the batch is that large, but mostly padding rows (they launch CTAs and cost
-// no host reference work), and the pool is shrunk to a few slots. Rings of 32 and 64, 16- and
+// The CTA shapes of a serving batch. The launch gives a CTA all P/16 row tiles of a head (4 warps for P = 64,
+// 5 for the Nano head; choose_psplit in src/cuda/launch_util.cuh, since the twenty-second session at every batch),
+// and REPLAYSSM_M2_TILES splits P over smaller CTAs (the 2-warp case). Here the batch is that of a serving step
+// (until the twenty-second session the split rule gave whole heads only from there), but mostly padding rows
+// (they launch CTAs and cost no host reference work), and the pool is shrunk to a few slots. Rings of 32 and 64, 16- and
 // 32-bit activations (fp32 at ring 64 needs > 48 KB of shared memory: the opt-in path).
 int sm_count_dev0() {
   int n = 0;
@@ -318,6 +319,7 @@ TEST(CudaMamba2Spec, ServingBatchCtaShapes) {
   };
   uint64_t seed = 300;
   for (const C& c : cases) {
+    const ScopedEnv shape("REPLAYSSM_M2_TILES", c.tiles == 5 ? "" : std::to_string(c.tiles));  // 5: the whole Nano head
     const int rows = rows_for_tiles(c.geo, c.tiles), live = 3, slots = 6;
     Problem pb(setup(c.geo, c.dt, rows, 0, ++seed, rows + 3));
     pb.s.slots = slots;  // caches for 6 slots; rows 0, rows / 2, rows - 1 live, the rest padding
