@@ -91,7 +91,9 @@ void replay_decode(const ReplayDecodeArgs& args, Stream stream = nullptr);
 // state = cache.checkpoint is exact. Switching back to replay_decode() needs nothing (w = 0).
 // Why: at batch 1 the replay step is a chain of dependent loads (slot -> cursor -> ring -> dots -> output)
 // where the classic step has one, and the state bytes it saves do not decide the time (H200, Super:
-// 8.0 us amortised vs 4.8 us classic; docs/results.md). Only w.A is read.
+// 8.0 us amortised vs 4.8 us classic; docs/results.md). Since the twenty-second session (whole-head CTAs, layers
+// back to back with pdl) an fp32-state replay step is no slower at batch 1 (H200: 3.99 vs 4.01 us), a 16-bit one
+// still is (4.13 vs 2.61 us): the route pays for 16-bit state at batch 1-2. Only w.A is read.
 struct MaterializeArgs {
   Mamba2Geometry geo;
   Weights w;
