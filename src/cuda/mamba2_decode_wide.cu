@@ -124,10 +124,13 @@ template <class ST, class AT, int N, int COLS, int MINB>
 void launch_wide(const Mamba2StepParams& p, cudaStream_t st) {
   constexpr int RPW = 32 / (N / COLS);
   // Fewer warps per CTA (more, smaller CTAs) when the grid would not give every SM 8 CTAs.
-  int warps = kWideThreads / 32, chunks = 0;
+  // REPLAYSSM_M2_CLASSIC_WARPS=1|2|4 forces the warps per CTA (A/B: the replay kernels' twin rule lost 7-37 % at
+  // batch 1-8 against whole heads, twenty-second session; this one is not re-measured yet).
+  const int forced = env_choice("REPLAYSSM_M2_CLASSIC_WARPS", {"1", "2", "4"});
+  int warps = forced >= 0 ? 1 << forced : kWideThreads / 32, chunks = 0;
   for (;;) {
     chunks = (p.headdim + warps * RPW - 1) / (warps * RPW);
-    if (warps == 1 || (long long)p.rows * p.heads * chunks >= 8LL * sm_count()) break;
+    if (forced >= 0 || warps == 1 || (long long)p.rows * p.heads * chunks >= 8LL * sm_count()) break;
     warps /= 2;
   }
   const dim3 grid(unsigned(p.heads * chunks), unsigned(p.rows));

@@ -119,6 +119,23 @@ TEST(CudaMamba2Classic, WideTileAllDtypePairs) {
   }
 }
 
+// REPLAYSSM_M2_CLASSIC_WARPS forces the warps per CTA of the wide / narrow classic tiles (the default halves them
+// until the grid has 8 CTAs per SM): every forced count on Super and Nano (whose 80 rows leave a partial last
+// chunk at 4 warps), fp32 and bf16 state, at a small batch with padding rows, where the default would split.
+TEST(CudaMamba2Classic, ForcedCtaWarps) {
+  NEED_GPU();
+  for (const char* warps : {"1", "2", "4"}) {
+    const ScopedEnv force("REPLAYSSM_M2_CLASSIC_WARPS", warps);
+    for (const Mamba2Geometry g : {Mamba2Geometry{128, 64, 128, 8}, Mamba2Geometry{96, 80, 128, 8}})
+      for (DType sd : {DType::f32, DType::bf16}) {
+        WorldConfig c;
+        c.geo = g; c.sd = sd; c.ad = DType::bf16; c.L = 1; c.rows = 3; c.pad_rows = 1; c.seed = 150 + int(sd) + *warps;
+        SCOPED_TRACE(std::string("warps ") + warps + " " + g.to_string() + " " + dn(sd));
+        run_case(c, 2, true);
+      }
+  }
+}
+
 // The classic and replay ops' pdl flag (programmatic dependent launch): the kernel starts while the producer of its
 // inputs still runs, issues its state loads, and reads everything else after griddepcontrol.wait. Each step's device
 // inputs are NaN bytes until a producer kernel, which lets the op start at once, writes the true ones 100 us later
