@@ -8,7 +8,7 @@
 // layers following one another, as the benchmarks' `model` / `layers` columns), and TB/s of both. Also the copy
 // (read + write) of the same size by a kernel, the classic step's ceiling. "same buffer" reads one 2 GiB buffer
 // every time (as replayssm bench's probe does), the others rotate.
-//   nvcc -O3 -std=c++20 -arch=sm_90a -I src tools/read-probe/read_probe.cu -o read_probe && ./read_probe
+//   nvcc -O3 -std=c++20 -arch=sm_90a -I src -I tools tools/read-probe/read_probe.cu -o read_probe && ./read_probe
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,12 +17,15 @@
 #include <vector>
 
 #include "cuda/bulk_copy.cuh"
+#include "replayssm/ceilings.cuh"
 
 using replayssm::cuda::bulk_load;
 using replayssm::cuda::mbar_arrive_expect_tx;
 using replayssm::cuda::mbar_init;
 using replayssm::cuda::mbar_init_fence;
 using replayssm::cuda::mbar_wait;
+using replayssm::tools::bench::median_event_ms;
+using replayssm::tools::bench::read_grid_stride;
 
 namespace {
 
@@ -33,22 +36,8 @@ void ck(cudaError_t e, const char* what) {
   }
 }
 
-// A: grid-stride, U 16-byte loads in flight per thread (the bench tool's probe is U = 4, 8 CTAs of 256 per SM).
-template <int U, bool STREAMING>
-__global__ void read_grid_stride(const uint4* __restrict__ a, size_t n16, unsigned* sink) {
-  unsigned acc = 0;
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (; i + (U - 1) * stride < n16; i += U * stride) {
-    uint4 v[U];
-#pragma unroll
-    for (int k = 0; k < U; ++k) v[k] = STREAMING ? __ldcs(a + i + k * stride) : a[i + k * stride];
-#pragma unroll
-    for (int k = 0; k < U; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
-  }
-  for (; i < n16; i += stride) acc ^= a[i].x;
-  if (acc == 0x9e3779b9u) *sink = acc;
-}
+// A: grid-stride, U 16-byte loads in flight per thread (ceilings.cuh, read_grid_stride; the bench tool's probe is U = 4,
+// 8 CTAs of 256 per SM).
 
 // B: each CTA a contiguous range (as a decode CTA owns a state tile), U loads in flight per thread.
 template <int U>
@@ -145,36 +134,16 @@ int main(int argc, char** argv) {
       ck(cudaMemset(out[i], 2, n), "memset");
     }
     auto time = [&](const char* name, double factor, auto launch) {
-      cudaEvent_t e0, e1;
-      cudaEventCreate(&e0);
-      cudaEventCreate(&e1);
       constexpr int kChain = 16;
-      std::vector<float> single, chain;
-      const int reps = n > (size_t(1) << 30) ? 12 : 40;
-      for (int r = 0; r < reps; ++r) {
-        const int k = r % nbuf;
-        cudaEventRecord(e0);
-        launch(in[k], out[k]);
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (r >= 2) single.push_back(ms);
-        if (n > (size_t(1) << 30)) continue;  // 2 GiB: a lone launch is its own steady state
-        cudaEventRecord(e0);
-        for (int c = 0; c < kChain; ++c) launch(in[(k + 1 + c) % nbuf], out[(k + 1 + c) % nbuf]);
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (r >= 2) chain.push_back(ms / kChain);
-      }
+      int k = 0;  // the rotation: every launch reads the next buffer
+      auto next = [&] { launch(in[k % nbuf], out[k % nbuf]); ++k; };
+      const bool huge = n > (size_t(1) << 30);  // 2 GiB: a lone launch is its own steady state
+      const int reps = huge ? 10 : 38;
+      const double us = 1e3 * median_event_ms(next, reps);
+      const double cus = huge ? 0.0 : 1e3 * median_event_ms([&] { for (int c = 0; c < kChain; ++c) next(); }, reps) / kChain;
       ck(cudaGetLastError(), name);
-      auto med = [](std::vector<float>& v) { std::sort(v.begin(), v.end()); return v.empty() ? 0.0 : 1e3 * v[v.size() / 2]; };
-      const double us = med(single), cus = med(chain);
       const double tb = factor * double(n) * 1e-12;
       std::printf("%-34s %12zu %10.2f %8.3f %10.2f %8.3f\n", name, n, us, tb / (us * 1e-6), cus, cus > 0 ? tb / (cus * 1e-6) : 0.0);
-      cudaEventDestroy(e0);
-      cudaEventDestroy(e1);
     };
     const size_t n16 = n / 16;
     auto u4 = [](char* p) { return reinterpret_cast<uint4*>(p); };
@@ -201,23 +170,7 @@ int main(int argc, char** argv) {
   // probe on a fresh 2 GiB buffer), which has reported 2.57-2.66 TB/s where the rotation above reads ~3.1.
   for (int order = 0; order < 2; ++order) {
     const size_t n = size_t(2) << 30;
-    auto med12 = [&](auto run) {
-      cudaEvent_t e0, e1;
-      cudaEventCreate(&e0);
-      cudaEventCreate(&e1);
-      std::vector<float> ts;
-      for (int i = 0; i < 12; ++i) {
-        cudaEventRecord(e0);
-        run();
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (i >= 2) ts.push_back(ms);
-      }
-      std::sort(ts.begin(), ts.end());
-      return double(ts[ts.size() / 2]);
-    };
+    auto med12 = [&](auto run) { return median_event_ms(run); };  // the bench's timing: 10 calls after 2 warm-ups
     auto copy_probe = [&] {
       char *a = nullptr, *b = nullptr;
       ck(cudaMalloc(&a, n), "malloc");

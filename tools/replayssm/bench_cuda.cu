@@ -20,6 +20,7 @@
 #include "cuda/ops.hpp"
 #include "params/mamba2_params.hpp"
 #include "replayssm/bench_types.hpp"
+#include "replayssm/ceilings.cuh"
 
 namespace replayssm::tools::bench {
 namespace {
@@ -298,55 +299,13 @@ Result run_case(const std::string& model, const Mamba2Geometry& geo, int tp, int
 
 }  // namespace
 
-namespace {
-
-// Median ms of `run` on the default stream over 10 timed calls after 2 warm-ups (the two ceilings below).
-double median_ms(const std::function<void()>& run) {
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<float> ts;
-  for (int i = 0; i < 12; ++i) {
-    cudaEventRecord(e0);
-    run();
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (i >= 2) ts.push_back(ms);
-  }
-  std::sort(ts.begin(), ts.end());
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return double(ts[ts.size() / 2]);
-}
-
-// A read-only stream (what an output-only step mostly is): 16-byte loads, 4 in flight per thread,
-// grid-stride; one conditional store keeps the loads alive.
-__global__ void read_stream_kernel(const uint4* __restrict__ a, size_t n16, unsigned* sink) {
-  unsigned acc = 0;
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (; i + 3 * stride < n16; i += 4 * stride) {
-    uint4 v[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = a[i + k * stride];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
-  }
-  for (; i < n16; i += stride) acc ^= a[i].x;
-  if (acc == 0x9e3779b9u) *sink = acc;
-}
-
-}  // namespace
-
 // Device-to-device copy of 2 GiB, plain stream-ordered memcpy, median of 10 after 2 warm-ups; bytes read +
 // written. The one ceiling every benchmark of the tool reports against.
 double copy_bandwidth_tbps() {
   const size_t n = size_t(2) << 30;  // 2 GiB
   DevBuf a(n), b(n);
   ck(cudaMemset(a.p, 1, n), "memset");
-  const double ms = median_ms([&] { ck(cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice), "copy"); });
+  const double ms = median_event_ms([&] { ck(cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice), "copy"); });
   return 2.0 * double(n) / (ms * 1e-3) * 1e-12;
 }
 
@@ -357,8 +316,8 @@ double read_bandwidth_tbps() {
   ck(cudaMemset(a.p, 1, n), "memset");
   int sms = 0;
   ck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "sms");
-  const double ms = median_ms([&] {
-    read_stream_kernel<<<sms * 8, 256>>>(static_cast<const uint4*>(a.p), n / 16, static_cast<unsigned*>(sink.p));
+  const double ms = median_event_ms([&] {
+    read_grid_stride<4><<<sms * 8, 256>>>(static_cast<const uint4*>(a.p), n / 16, static_cast<unsigned*>(sink.p));
   });
   ck(cudaGetLastError(), "read stream");
   return double(n) / (ms * 1e-3) * 1e-12;
