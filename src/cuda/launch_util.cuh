@@ -94,9 +94,9 @@ inline PSplit choose_psplit(int rows, int heads, int headdim, int min_ctas_per_s
 }
 
 // REPLAYSSM_M2_TILES=1|2|4|8 forces the 16-row tiles (warps) per CTA of the Mamba-2 replay and verify kernels, for
-// an A/B of the CTA shape; unset: choose_psplit's rule.
-inline PSplit forced_psplit(PSplit s, int headdim) {
-  const int f = env_choice("REPLAYSSM_M2_TILES", {"1", "2", "4", "8"});
+// an A/B of the CTA shape (REPLAYSSM_M2_CLASSIC_SPEC_TILES the classic speculative kernel's); unset: choose_psplit's rule.
+inline PSplit forced_psplit(PSplit s, int headdim, const char* env = "REPLAYSSM_M2_TILES") {
+  const int f = env_choice(env, {"1", "2", "4", "8"});
   if (f < 0) return s;
   const int ntiles = (headdim + 15) / 16;
   s.tiles_per_cta = std::min(1 << f, ntiles);

@@ -454,6 +454,26 @@ TEST(CudaMamba2ClassicSpec, MatchesReferenceAndCpu) {
     }
 }
 
+// REPLAYSSM_M2_CLASSIC_SPEC_TILES forces the classic speculative kernel's tiles per CTA: every forced count on the
+// Nano head (5 tiles: 4 leaves a 1-tile chunk, 8 is the whole head), fp32 and bf16 state, with a padding row.
+TEST(CudaMamba2ClassicSpec, ForcedCtaTiles) {
+  NEED_GPU();
+  for (const char* tiles : {"1", "2", "4", "8"}) {
+    const ScopedEnv force("REPLAYSSM_M2_CLASSIC_SPEC_TILES", tiles);
+    for (DType sd : {DType::f32, DType::bf16}) {
+      const DtypePair dt{sd, DType::bf16};
+      Problem pb(setup({8, 80, 128, 2}, dt, 3, 1, 70 + uint64_t(sd) + uint64_t(*tiles), 4 * 4 + 3));
+      CpuDiff d;
+      const RunLog log = run_classic_spec(pb, 4, 10, gpu_backend(&d));
+      const Tol tol = tolerance(dt);
+      EXPECT_LE(log.max_out(), tol.out) << "tiles " << tiles << " " << pair_name(dt);
+      EXPECT_LE(log.max_state(), tol.state) << "tiles " << tiles << " " << pair_name(dt);
+      EXPECT_TRUE(log.padding_ok);
+      EXPECT_LE(d.out, 2 * tol.out);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // A device-resident stream (caches stay on the GPU, the GPU commit moves the cursors) mirrored on
 // the CPU backend step by step: the long-run / graph / reset / teeth scenarios.
