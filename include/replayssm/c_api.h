@@ -48,7 +48,7 @@ REPLAYSSM_C_EXPORT void replayssm_set_device_validation(int on);
 REPLAYSSM_C_EXPORT int replayssm_device_validation(void);
 /* Programmatic dependent launch (mamba2.hpp / gdn.hpp / cursor.hpp: the ops' pdl flag) for the mamba2_decode,
  * mamba2_replay_decode, mamba2_spec_verify, mamba2_classic_spec_decode, gdn_decode, gdn_replay_decode,
- * advance_cursors and commit_cursors calls made from this thread; off (0) by default. */
+ * gdn_spec_verify, advance_cursors and commit_cursors calls made from this thread; off (0) by default. */
 REPLAYSSM_C_EXPORT void replayssm_set_launch_pdl(int on);
 REPLAYSSM_C_EXPORT int replayssm_launch_pdl(void);
 /* Message and argument name of the last failed call on this thread ("" if none). */

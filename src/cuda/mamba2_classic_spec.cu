@@ -48,13 +48,18 @@ classic_spec_kernel(const Mamba2ClassicSpecParams cp, const int tiles_per_cta, c
 
   const int32_t* si = cp.state_indices + int64_t(row) * cp.si_row;
   if (si[0] < 0) return;  // padding row
+  // The row's window [t0, t0 + n) and whether this kernel runs it (an empty or corrupt one is a no-op): read here, or
+  // after the wait with pdl (the previous kernel may be writing query_start_loc).
   int t0 = 0, n = 0;
-  if constexpr (!PDL) {
+  auto read_window = [&] {
     t0 = cp.query_start_loc[row];
     n = cp.query_start_loc[row + 1] - t0;
-  }
+    return n > 0 && n <= cp.window && n <= kMaxWin && t0 >= 0 && t0 + n <= p.tokens;
+  };
+  bool window_ok = true;
+  if constexpr (!PDL) window_ok = read_window();
   const int k = cp.num_accepted[row];
-  if ((!PDL && (n <= 0 || n > cp.window || n > kMaxWin || t0 < 0 || t0 + n > p.tokens)) || k < 1 || k > cp.window) return;
+  if (!window_ok || k < 1 || k > cp.window) return;
   const int start = si[k - 1];
   if (start < 0 || start >= p.slots) return;
 
@@ -65,9 +70,7 @@ classic_spec_kernel(const Mamba2ClassicSpecParams cp, const int tiles_per_cta, c
   load_tile_rows<ST, N>(raw, S0, pr, ok, t);
   if constexpr (PDL) {  // the previous kernel has finished: the window and its bounds are final
     griddep_wait_then_release();
-    t0 = cp.query_start_loc[row];
-    n = cp.query_start_loc[row + 1] - t0;
-    if (n <= 0 || n > cp.window || n > kMaxWin || t0 < 0 || t0 + n > p.tokens) return;
+    if (!read_window()) return;
   }
 
   const int grp = h / (p.heads / p.groups);

@@ -40,7 +40,8 @@ struct GdnStepParams {
   void* state = nullptr;
   int64_t state_slot = 0;
   int64_t slots = 0;
-  // CUDA: launch as a programmatic dependent of the previous kernel (gdn::DecodeArgs::pdl, ReplayDecodeArgs::pdl).
+  // CUDA: launch as a programmatic dependent of the previous kernel (gdn::DecodeArgs::pdl, ReplayDecodeArgs::pdl,
+  // VerifyArgs::pdl).
   bool pdl = false;
 };
 
