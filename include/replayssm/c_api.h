@@ -82,6 +82,14 @@ REPLAYSSM_C_EXPORT int replayssm_mamba2_materialize(
     const DLTensor* checkpoint, const DLTensor* x_ring, const DLTensor* dt_ring, const DLTensor* B_ring,
     const DLTensor* cursor, const DLTensor* slot_idx, void* stream);
 
+/* A request's current state written to dst[dst_idx[i]] (mamba2.hpp, export_state: prefix caching, forking, swap-out);
+ * the cache is only read. A standard cache (cursor [slots]) or a speculative one (cursor [slots, 2]), told apart by
+ * the cursor's rank. */
+REPLAYSSM_C_EXPORT int replayssm_mamba2_export_state(
+    int heads, int headdim, int dstate, int groups, const DLTensor* A,
+    const DLTensor* checkpoint, const DLTensor* x_ring, const DLTensor* dt_ring, const DLTensor* B_ring,
+    const DLTensor* cursor, const DLTensor* slot_idx, const DLTensor* dst, const DLTensor* dst_idx, void* stream);
+
 REPLAYSSM_C_EXPORT int replayssm_mamba2_spec_verify(
     int heads, int headdim, int dstate, int groups, int history, int window,
     const DLTensor* x, const DLTensor* dt, const DLTensor* B, const DLTensor* C, const DLTensor* z,
@@ -118,6 +126,12 @@ REPLAYSSM_C_EXPORT int replayssm_gdn_materialize(
     int k_heads, int v_heads, int head_k_dim, int head_v_dim,
     const DLTensor* checkpoint, const DLTensor* d_ring, const DLTensor* k_ring, const DLTensor* g_ring,
     const DLTensor* cursor, const DLTensor* slot_idx, void* stream);
+
+/* As replayssm_mamba2_export_state, for Gated DeltaNet (gdn.hpp, export_state). */
+REPLAYSSM_C_EXPORT int replayssm_gdn_export_state(
+    int k_heads, int v_heads, int head_k_dim, int head_v_dim,
+    const DLTensor* checkpoint, const DLTensor* d_ring, const DLTensor* k_ring, const DLTensor* g_ring,
+    const DLTensor* cursor, const DLTensor* slot_idx, const DLTensor* dst, const DLTensor* dst_idx, void* stream);
 
 REPLAYSSM_C_EXPORT int replayssm_gdn_spec_verify(
     int k_heads, int v_heads, int head_k_dim, int head_v_dim, int history, int window,

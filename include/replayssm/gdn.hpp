@@ -132,4 +132,19 @@ struct ClassicSpecArgs {
 };
 void classic_spec_decode(const ClassicSpecArgs& args, Stream stream = nullptr);
 
+// ---- a request's current state, written elsewhere (as mamba2::export_state: prefix caching, forking, swap-out) ----
+// Row i writes the state after slot slot_idx[i]'s committed ring tokens (the fold materialize forms, both gate kinds)
+// into dst[dst_idx[i]] in dst's dtype; the cache is only read. A standard cache (`cache`, cursor [slots]) or a
+// speculative one (`spec_cache`, cursor [slots, 2]); give exactly one. Rows with slot_idx < 0 or dst_idx < 0 are
+// skipped. dst may be the checkpoint pool: a destination must then be its own row's source or no row's source.
+struct ExportStateArgs {
+  GdnGeometry geo;
+  ReplayCache cache;       // a standard decode cache, or
+  SpecCache spec_cache;    // a speculative decode cache
+  TensorView slot_idx;     // [rows] int32 source slots, < 0 = skip; no slot twice
+  TensorView dst;          // [dst_slots, HV, V, K] float32 / bfloat16 / float16 (float64 with a float64 checkpoint)
+  TensorView dst_idx;      // [rows] int32 destination slots, < 0 = skip; no destination twice
+};
+void export_state(const ExportStateArgs& args, Stream stream = nullptr);
+
 }  // namespace replayssm::gdn

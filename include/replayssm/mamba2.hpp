@@ -151,4 +151,27 @@ struct ClassicSpecArgs {
 };
 void classic_spec_decode(const ClassicSpecArgs& args, Stream stream = nullptr);
 
+// ---- a request's current state, written elsewhere: prefix caching, forking a request, swapping it out ----
+// ReplaySSM keeps no current state in memory: it is the checkpoint with the committed ring tokens folded in. Row i
+// writes that state for slot slot_idx[i] (formed in fp32 as materialize forms it, stored once in dst's dtype) into
+// dst[dst_idx[i]]; the cache is only read, so the request decodes on as before. Either cache kind: a standard one
+// (`cache`, cursor [slots]: ring tokens 0..w-1) or a speculative one (`spec_cache`, cursor [slots, 2]: the committed
+// history w tokens from the origin); give exactly one. At w == 0 the state is the checkpoint, copied (converted).
+// Uses: an engine's prefix cache (states saved at block boundaries, in the layout its prefill kernels start from),
+// forking (n > 1 sampling, beam search: dst = the checkpoint pool itself, dst_idx the new slots, then reset_cursors on
+// them), preemption (swap the state out, load_checkpoint it back later), and, with dst_idx = slot_idx on the
+// checkpoint pool, materialize for a speculative cache. Rows with slot_idx < 0 or dst_idx < 0 are skipped.
+// dst may be the checkpoint pool: a destination must then be its own row's source or no row's source (rows run in
+// parallel; checked where the indices are readable on the host, as every index check). Only w.A is read.
+struct ExportStateArgs {
+  Mamba2Geometry geo;
+  Weights w;
+  ReplayCache cache;       // a standard decode cache, or
+  SpecCache spec_cache;    // a speculative decode cache
+  TensorView slot_idx;     // [rows] int32 source slots, < 0 = skip; no slot twice
+  TensorView dst;          // [dst_slots, H, P, N] float32 / bfloat16 / float16 (float64 with float64 rings); dense per slot
+  TensorView dst_idx;      // [rows] int32 destination slots, < 0 = skip; no destination twice
+};
+void export_state(const ExportStateArgs& args, Stream stream = nullptr);
+
 }  // namespace replayssm::mamba2

@@ -79,6 +79,34 @@ class _ReplayCaches:
         self.reset_slots([slot])
 
 
+    # ---- a request's current state out of the cache: prefix caching, swap-out, forking ----
+    def export_states(self, slot_idx, dsts, dst_idx, **weights):
+        """Layer i's current state of slot slot_idx[j] into dsts[i][dst_idx[j]] (dsts: one pool per layer shaped
+        [n, *checkpoint slot], any state dtype); < 0 skips. The cache is only read (ops.*_export_state)."""
+        if len(dsts) != len(self.layers):
+            raise ValueError(f"expected {len(self.layers)} layer pools, got {len(dsts)}")
+        src, dst = self._slots(slot_idx), self._slots(dst_idx)
+        for i, pool in enumerate(dsts):
+            self._export(i, src, pool, dst, **weights)
+
+    def state_of(self, slot, dtype=None, **weights):
+        """The current state of every layer for one slot, as new tensors shaped like a checkpoint slot (``dtype``:
+        the state dtype by default): to save a prefix or swap the request out; ``load_prefill(slot, states)`` puts
+        them back into a slot."""
+        pools = [torch.empty_like(L["checkpoint"][:1], dtype=dtype or self.state_dtype) for L in self.layers]
+        self.export_states([slot], pools, [0], **weights)
+        return [p[0] for p in pools]
+
+    def fork(self, src_slots, dst_slots, **weights):
+        """Requests in dst_slots that continue from src_slots' current states (n > 1 sampling, beam search): every
+        layer's current state goes into the destinations' checkpoints and their cursors are reset; the sources decode
+        on unchanged. A destination may not be a source."""
+        src, dst = self._slots(src_slots), self._slots(dst_slots)
+        for i, L in enumerate(self.layers):
+            self._export(i, src, L["checkpoint"], dst, **weights)
+        self.reset_slots(dst)
+
+
 class Mamba2ReplayCaches(_ReplayCaches):
     """Mamba-2 layers of geometry (heads, headdim, dstate, groups): per layer checkpoint
     [slots, H, P, N] (state_dtype), x_ring [slots, H, R, P] and B_ring [slots, G, R, N] (act_dtype),
@@ -91,6 +119,12 @@ class Mamba2ReplayCaches(_ReplayCaches):
         self.geometry = (heads, headdim, dstate, groups)
         self.state_dtype, self.act_dtype = state_dtype, act_dtype
         super().__init__(num_layers, slots, ring_len, history, window, device)
+
+    def _export(self, i, src, dst_pool, dst, A):
+        """A: the layer's A (float32 [heads]), or a list with one per layer."""
+        L = self.layers[i]
+        ops.mamba2_export_state(A[i] if isinstance(A, (list, tuple)) else A, L["checkpoint"], L["x_ring"],
+                                L["dt_ring"], L["B_ring"], self.cursor, src, dst_pool, dst)
 
     def _make_layer(self):
         H, P, N, G = self.geometry
@@ -111,6 +145,10 @@ class GdnReplayCaches(_ReplayCaches):
         self.geometry = (k_heads, v_heads, head_k_dim, head_v_dim)
         self.state_dtype, self.ring_dtype = state_dtype, ring_dtype
         super().__init__(num_layers, slots, ring_len, history, window, device)
+
+    def _export(self, i, src, dst_pool, dst):
+        L = self.layers[i]
+        ops.gdn_export_state(L["checkpoint"], L["d_ring"], L["k_ring"], L["g_ring"], self.cursor, src, dst_pool, dst)
 
     def _make_layer(self):
         H, HV, K, V = self.geometry

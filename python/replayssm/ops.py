@@ -117,6 +117,21 @@ def mamba2_materialize(
            dt_ring, B_ring, cursor, slot_idx)
 
 
+@_op("dst")
+def mamba2_export_state(
+    A: Tensor, checkpoint: Tensor, x_ring: Tensor, dt_ring: Tensor, B_ring: Tensor, cursor: Tensor,
+    slot_idx: Tensor, dst: Tensor, dst_idx: Tensor,
+) -> None:
+    """A request's current state (checkpoint + committed ring tokens, folded) into dst[dst_idx[i]] for slot
+    slot_idx[i], in dst's dtype; the cache is only read. A standard cache (cursor [slots]) or a speculative one
+    (cursor [slots, 2]). For prefix caching, swapping out, or forking (dst = checkpoint, then reset_cursors on the
+    destinations); mamba2.hpp, export_state."""
+    _, heads, _, headdim = _sizes(x_ring, "cache.x_ring", 4, "[slots, heads, ring, headdim]")
+    _, groups, _, dstate = _sizes(B_ring, "cache.B_ring", 4, "[slots, groups, ring, dstate]")
+    launch("replayssm_mamba2_export_state", x_ring.device, heads, headdim, dstate, groups, A, checkpoint, x_ring,
+           dt_ring, B_ring, cursor, slot_idx, dst, dst_idx)
+
+
 @_op("checkpoint", "x_ring", "dt_ring", "B_ring", "out")
 def mamba2_spec_verify(
     x: Tensor, dt: Tensor, B: Tensor, C: Tensor, A: Tensor,
@@ -183,6 +198,18 @@ def gdn_materialize(
     k_heads = _sizes(k_ring, "cache.k_ring", 4, "[slots, k_heads, ring, head_k_dim]")[1]
     launch("replayssm_gdn_materialize", checkpoint.device, k_heads, v_heads, head_k_dim, head_v_dim, checkpoint, d_ring,
            k_ring, g_ring, cursor, slot_idx)
+
+
+@_op("dst")
+def gdn_export_state(
+    checkpoint: Tensor, d_ring: Tensor, k_ring: Tensor, g_ring: Tensor, cursor: Tensor, slot_idx: Tensor,
+    dst: Tensor, dst_idx: Tensor,
+) -> None:
+    """As mamba2_export_state, for Gated DeltaNet (gdn.hpp, export_state)."""
+    _, v_heads, head_v_dim, head_k_dim = _sizes(checkpoint, "cache.checkpoint", 4, "[slots, v_heads, head_v_dim, head_k_dim]")
+    k_heads = _sizes(k_ring, "cache.k_ring", 4, "[slots, k_heads, ring, head_k_dim]")[1]
+    launch("replayssm_gdn_export_state", checkpoint.device, k_heads, v_heads, head_k_dim, head_v_dim, checkpoint,
+           d_ring, k_ring, g_ring, cursor, slot_idx, dst, dst_idx)
 
 
 @_op("checkpoint", "d_ring", "k_ring", "g_ring", "out")

@@ -1,4 +1,6 @@
 // C entry points of the Gated DeltaNet ops: DLTensors -> the C++ argument structs, under the exception barrier.
+#include <string>
+
 #include "capi/boundary.hpp"
 #include "replayssm/gdn.hpp"
 
@@ -60,6 +62,24 @@ int replayssm_gdn_materialize(int k_heads, int v_heads, int head_k_dim, int head
                        view(g_ring, "cache.g_ring"), view(cursor, "cache.cursor")},
                       view(slot_idx, "slot_idx")},
                      stream);
+  });
+}
+
+int replayssm_gdn_export_state(int k_heads, int v_heads, int head_k_dim, int head_v_dim, const DLTensor* checkpoint,
+                               const DLTensor* d_ring, const DLTensor* k_ring, const DLTensor* g_ring,
+                               const DLTensor* cursor, const DLTensor* slot_idx, const DLTensor* dst,
+                               const DLTensor* dst_idx, void* stream) {
+  return guarded([&] {
+    gdn::ExportStateArgs a{{k_heads, v_heads, head_k_dim, head_v_dim}, {}, {}, view(slot_idx, "slot_idx"),
+                           view(dst, "dst"), view(dst_idx, "dst_idx")};
+    const bool spec = cursor && cursor->ndim == 2;
+    const std::string pre = spec ? "spec_cache." : "cache.";
+    const gdn::ReplayCache c{view(checkpoint, (pre + "checkpoint").c_str()), view(d_ring, (pre + "d_ring").c_str()),
+                             view(k_ring, (pre + "k_ring").c_str()), view(g_ring, (pre + "g_ring").c_str()),
+                             view(cursor, (pre + "cursor").c_str())};
+    if (spec) a.spec_cache = {c.checkpoint, c.d_ring, c.k_ring, c.g_ring, c.cursor};
+    else a.cache = c;
+    gdn::export_state(a, stream);
   });
 }
 

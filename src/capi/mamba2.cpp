@@ -65,6 +65,24 @@ int replayssm_mamba2_materialize(int heads, int headdim, int dstate, int groups,
   });
 }
 
+int replayssm_mamba2_export_state(int heads, int headdim, int dstate, int groups, const DLTensor* A,
+                                  const DLTensor* checkpoint, const DLTensor* x_ring, const DLTensor* dt_ring,
+                                  const DLTensor* B_ring, const DLTensor* cursor, const DLTensor* slot_idx,
+                                  const DLTensor* dst, const DLTensor* dst_idx, void* stream) {
+  return guarded([&] {
+    mamba2::ExportStateArgs a{{heads, headdim, dstate, groups}, weights(A, nullptr, nullptr, 1), {}, {},
+                              view(slot_idx, "slot_idx"), view(dst, "dst"), view(dst_idx, "dst_idx")};
+    if (cursor && cursor->ndim == 2)
+      a.spec_cache = {view(checkpoint, "spec_cache.checkpoint"), view(x_ring, "spec_cache.x_ring"),
+                      view(dt_ring, "spec_cache.dt_ring"), view(B_ring, "spec_cache.B_ring"),
+                      view(cursor, "spec_cache.cursor")};
+    else
+      a.cache = {view(checkpoint, "cache.checkpoint"), view(x_ring, "cache.x_ring"), view(dt_ring, "cache.dt_ring"),
+                 view(B_ring, "cache.B_ring"), view(cursor, "cache.cursor")};
+    mamba2::export_state(a, stream);
+  });
+}
+
 int replayssm_mamba2_spec_verify(int heads, int headdim, int dstate, int groups, int history, int window,
                                  const DLTensor* x, const DLTensor* dt, const DLTensor* B, const DLTensor* C,
                                  const DLTensor* z, const DLTensor* A, const DLTensor* dt_bias, const DLTensor* D,

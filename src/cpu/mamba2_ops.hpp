@@ -3,6 +3,7 @@
 // over rows x heads; each (row, head) task touches only its own head's state and ring entries
 // (plus the group's B ring entry, written by the group's first head only), so tasks never race.
 #pragma once
+#include "params/fold_dst_params.hpp"
 #include "params/mamba2_params.hpp"
 
 namespace replayssm::cpu {
@@ -12,7 +13,8 @@ void mamba2_decode(const Mamba2StepParams& p);
 
 // ReplaySSM standard decode at cursor w (read only): append at w < L-1, flush at w == L-1.
 void mamba2_replay_decode(const Mamba2ReplayParams& p);
-void mamba2_materialize(const Mamba2ReplayParams& p);  // ring tokens 0..w-1 folded into the checkpoint
+// Ring tokens 0..w-1 folded into the checkpoint (materialize: dst in place) or into dst (export_state).
+void mamba2_materialize(const Mamba2ReplayParams& p, const FoldDstParams& dst);
 
 // ReplaySSM speculative verify (circular ring, cursor (w, origin); cursors not moved).
 void mamba2_spec_verify(const Mamba2VerifyParams& p);

@@ -2,6 +2,7 @@
 // types), so the dispatch layer compiles with the host compiler. Each is defined in its own .cu
 // file under src/cuda/, beside its kernel. Only declared here when the build has CUDA.
 #pragma once
+#include "params/fold_dst_params.hpp"
 #include "params/gdn_params.hpp"
 #include "params/mamba2_params.hpp"
 #include "replayssm/tensor.hpp"
@@ -10,7 +11,7 @@ namespace replayssm::cuda {
 
 void mamba2_decode(const Mamba2StepParams& p, Stream stream);           // mamba2_decode.cu
 void mamba2_replay_decode(const Mamba2ReplayParams& p, Stream stream);  // mamba2_replay_decode.cu
-void mamba2_materialize(const Mamba2ReplayParams& p, Stream stream);    // mamba2_materialize.cu
+void mamba2_materialize(const Mamba2ReplayParams& p, const FoldDstParams& dst, Stream stream);    // mamba2_materialize.cu
 void cursor_advance(const CursorParams& p, Stream stream);              // cursor_ops.cu
 void cursor_commit(const CursorParams& p, Stream stream);
 void cursor_reset(const CursorParams& p, Stream stream);
@@ -20,7 +21,7 @@ void mamba2_classic_spec(const Mamba2ClassicSpecParams& p, Stream stream);  // m
 // Gated DeltaNet (issue 6); head_k_dim, head_v_dim in {64, 128} (checked in src/dispatch/gdn.cpp).
 void gdn_decode(const GdnStepParams& p, Stream stream);             // gdn_decode.cu
 void gdn_replay_decode(const GdnReplayParams& p, Stream stream);    // gdn_replay_decode.cu
-void gdn_materialize(const GdnReplayParams& p, Stream stream);      // gdn_materialize.cu
+void gdn_materialize(const GdnReplayParams& p, const FoldDstParams& dst, Stream stream);      // gdn_materialize.cu
 void gdn_spec_verify(const GdnVerifyParams& p, Stream stream);      // gdn_spec_verify.cu
 void gdn_classic_spec(const GdnClassicSpecParams& p, Stream stream);  // gdn_classic_spec.cu
 

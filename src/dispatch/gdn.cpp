@@ -14,6 +14,7 @@
 #include "core/check.hpp"
 #include "core/host_read.hpp"
 #include "cpu/gdn_ops.hpp"
+#include "dispatch/export_check.hpp"
 #if defined(REPLAYSSM_WITH_CUDA)
 #include "cuda/ops.hpp"
 #endif
@@ -102,20 +103,21 @@ void check_ring_dtype(Arg& a, DType act) {
            std::string(dtype_name(a.view().dtype)));
 }
 
-// d/k/g rings and the cursor; returns the ring length.
+// d/k/g rings and the cursor; returns the ring length. `pre`: the cache's name in messages.
 int check_rings(const TensorView& d, const TensorView& k, const TensorView& g, const TensorView& cursor,
-                const GdnGeometry& geo, const Checked& c, int64_t slots, int64_t ring, int cursor_cols) {
-  Arg ad("cache.d_ring", d);
+                const GdnGeometry& geo, const Checked& c, int64_t slots, int64_t ring, int cursor_cols,
+                const std::string& pre = "cache") {
+  Arg ad(pre + ".d_ring", d);
   ad.required().nonnegative_strides().device(c.dev)
       .shape({{slots, "slots"}, {geo.v_heads, "v_heads"}, {ring, "ring"}, {geo.head_v_dim, "head_v_dim"}}).dense_from(1);
   check_ring_dtype(ad, c.act);
   const int64_t R = d.shape[2];
   if (R < 1) ad.fail("ring length must be >= 1, got " + str(R));
-  Arg ak("cache.k_ring", k);
+  Arg ak(pre + ".k_ring", k);
   ak.required().nonnegative_strides().device(c.dev)
       .shape({{slots, "slots"}, {geo.k_heads, "k_heads"}, {R, "ring"}, {geo.head_k_dim, "head_k_dim"}}).dense_from(1);
   check_ring_dtype(ak, c.act);
-  Arg ag("cache.g_ring", g);
+  Arg ag(pre + ".g_ring", g);
   ag.required().nonnegative_strides().device(c.dev);
   if (c.gate_ch)  // one log-decay per key channel, as in.a
     ag.shape({{slots, "slots"}, {geo.v_heads, "v_heads"}, {R, "ring"}, {geo.head_k_dim, "head_k_dim (per-channel gates)"}});
@@ -123,7 +125,7 @@ int check_rings(const TensorView& d, const TensorView& k, const TensorView& g, c
     ag.shape({{slots, "slots"}, {geo.v_heads, "v_heads"}, {R, "ring"}});
   ag.dense_from(1);
   if (c.act == DType::f64) ag.dtype_in({DType::f32, DType::f64}); else ag.dtype(DType::f32);
-  Arg ac("cache.cursor", cursor);
+  Arg ac(pre + ".cursor", cursor);
   ac.required().nonnegative_strides().device(c.dev).dtype(DType::i32);
   if (cursor_cols == 1) ac.shape({{slots, "slots"}});
   else ac.shape({{slots, "slots"}, {2, "(w, origin)"}}).dense_from(1);
@@ -298,51 +300,104 @@ void replay_decode(const ReplayDecodeArgs& a, Stream stream) {
   cpu::gdn_replay_decode(p);
 }
 
-void materialize(const MaterializeArgs& a, Stream stream) {
-  a.geo.validate("geo");
-  const ReplayCache& cc = a.cache;
+namespace {
+
+// The fold of materialize and export_state, checked: a cache of either kind (`pre` its name in messages; `spec`:
+// cursors (w, origin) and a power-of-two ring), slot_idx and, where readable, the slot ids and cursor values.
+struct Fold {
+  Checked c;
+  GdnReplayParams p;  // the step's token fields stay empty: neither op reads any
+  std::optional<std::vector<int32_t>> ids;
+};
+Fold check_fold(const GdnGeometry& geo, const ReplayCache& cc, const TensorView& slot_idx, bool spec,
+                const std::string& pre, Stream stream) {
+  geo.validate("geo");
   // No token inputs: the device comes from the checkpoint, the "activation dtype" the rings may use from the
   // rings themselves (float32, or one 16-bit dtype shared by d and k; float64 with a float64 checkpoint).
-  Checked c;
-  Arg ck("cache.checkpoint", cc.checkpoint);
+  Fold f;
+  Checked& c = f.c;
+  const std::string ck_name = pre + ".checkpoint";
+  Arg ck(ck_name, cc.checkpoint);
   ck.required();
   c.dev = cc.checkpoint.device;
   c.act = cc.checkpoint.dtype == DType::f64 ? DType::f64
           : cc.d_ring.defined() && cc.d_ring.dtype != DType::f32 ? cc.d_ring.dtype
           : cc.k_ring.defined() && cc.k_ring.dtype != DType::f32 ? cc.k_ring.dtype : DType::f32;
   c.gate_ch = cc.g_ring.defined() && cc.g_ring.ndim == 4;
-  Arg s("slot_idx", a.slot_idx);
+  Arg s("slot_idx", slot_idx);
   s.required().nonnegative_strides().device(c.dev).dtype(DType::i32).shape({{-1, "rows"}});
-  c.rows = a.slot_idx.shape[0];
-  check_state("cache.checkpoint", cc.checkpoint, a.geo, c, -1);
+  c.rows = slot_idx.shape[0];
+  check_state(ck_name.c_str(), cc.checkpoint, geo, c, -1);
   const int64_t slots = cc.checkpoint.shape[0];
-  const int L = check_rings(cc.d_ring, cc.k_ring, cc.g_ring, cc.cursor, a.geo, c, slots, -1, 1);
-  check_cuda_limits(c, a.geo, cc.checkpoint, "cache.checkpoint");
+  const int L = check_rings(cc.d_ring, cc.k_ring, cc.g_ring, cc.cursor, geo, c, slots, -1, spec ? 2 : 1, pre);
+  if (spec && (L & (L - 1)) != 0)
+    throw Error(pre + ".d_ring", "a speculative cache's ring length (dim 2) is a power of two, next_pow2(history + "
+                                 "window); got " + str(L));
+  check_cuda_limits(c, geo, cc.checkpoint, ck_name.c_str());
   if (c.dev.type == DeviceType::cuda && L > 64)
-    throw Error("cache.d_ring", "the CUDA materialize supports ring lengths 1..64, got " + str(L));
-  check_replay_values(a.slot_idx, cc.cursor, slots, L, stream);
-  if (c.rows == 0) return;
-  GdnReplayParams p;  // the step's token fields stay empty: materialize reads none
-  GdnStepParams& st = p.step;
+    throw Error(pre + ".d_ring", "the CUDA materialize / export_state support ring lengths 1..64, got " + str(L));
+  if ((f.ids = read_slots(slot_idx, slots, stream))) {
+    const std::vector<int32_t> cur = *detail::read_int32(cc.cursor, stream);
+    const std::string name = pre + ".cursor";
+    for (int32_t sl : *f.ids) {
+      if (sl < 0) continue;
+      const std::string at = "cursor[" + str(sl) + "]";
+      if (!spec) {
+        detail::check_range(name.c_str(), cur[size_t(sl)], 0, L, (at + " (0 <= w < ring length)").c_str());
+      } else {
+        detail::check_range(name.c_str(), cur[size_t(sl) * 2], 0, L, (at + ".w (0 <= w < ring)").c_str());
+        detail::check_range(name.c_str(), cur[size_t(sl) * 2 + 1], 0, L, (at + ".origin (0 <= origin < ring)").c_str());
+      }
+    }
+  }
+  GdnStepParams& st = f.p.step;
   st.rows = st.tokens = int(c.rows);
-  st.k_heads = int(a.geo.k_heads); st.v_heads = int(a.geo.v_heads);
-  st.head_k_dim = int(a.geo.head_k_dim); st.head_v_dim = int(a.geo.head_v_dim);
+  st.k_heads = int(geo.k_heads); st.v_heads = int(geo.v_heads);
+  st.head_k_dim = int(geo.head_k_dim); st.head_v_dim = int(geo.head_v_dim);
   st.act = c.act;
   st.state_dtype = cc.checkpoint.dtype;
   st.gate_per_channel = c.gate_ch;
-  st.slot_idx = static_cast<const int32_t*>(a.slot_idx.data);
-  st.slot_idx_stride = a.slot_idx.stride[0];
+  st.slot_idx = static_cast<const int32_t*>(slot_idx.data);
+  st.slot_idx_stride = slot_idx.stride[0];
   st.state = cc.checkpoint.data;
   st.state_slot = cc.checkpoint.stride[0];
   st.slots = slots;
-  p.ring = make_ring(cc.d_ring, cc.k_ring, cc.g_ring, cc.cursor, L);
-  if (on_cuda(c, "materialize")) {
+  f.p.ring = make_ring(cc.d_ring, cc.k_ring, cc.g_ring, cc.cursor, L);
+  return f;
+}
+
+void run_fold(const Fold& f, const FoldDstParams& dst, Stream stream, const char* op) {
+  if (f.c.rows == 0) return;
+  if (on_cuda(f.c, op)) {
 #if defined(REPLAYSSM_WITH_CUDA)
-    cuda::gdn_materialize(p, stream);
+    cuda::gdn_materialize(f.p, dst, stream);
 #endif
     return;
   }
-  cpu::gdn_materialize(p);
+  cpu::gdn_materialize(f.p, dst);
+}
+
+}  // namespace
+
+void materialize(const MaterializeArgs& a, Stream stream) {
+  const Fold f = check_fold(a.geo, a.cache, a.slot_idx, false, "cache", stream);
+  run_fold(f, FoldDstParams{}, stream, "materialize");
+}
+
+void export_state(const ExportStateArgs& a, Stream stream) {
+  auto given = [](const auto& k) {
+    return k.checkpoint.defined() || k.d_ring.defined() || k.k_ring.defined() || k.g_ring.defined() || k.cursor.defined();
+  };
+  const bool spec = given(a.spec_cache);
+  if (spec == given(a.cache))
+    throw Error("cache", "give exactly one of cache (a standard decode cache) and spec_cache (a speculative one)");
+  const SpecCache& sc = a.spec_cache;
+  const ReplayCache cc = spec ? ReplayCache{sc.checkpoint, sc.d_ring, sc.k_ring, sc.g_ring, sc.cursor} : a.cache;
+  const Fold f = check_fold(a.geo, cc, a.slot_idx, spec, spec ? "spec_cache" : "cache", stream);
+  check_state("dst", a.dst, a.geo, f.c, -1);
+  FoldDstParams dst = detail::check_export_dst(a.dst, a.dst_idx, cc.checkpoint, f.ids, f.c.rows, f.c.dev, stream);
+  dst.circular = spec;
+  run_fold(f, dst, stream, "export_state");
 }
 
 void spec_verify(const VerifyArgs& a, Stream stream) {

@@ -9,6 +9,7 @@
 #include "core/host_read.hpp"
 #include "replayssm/backend.hpp"
 #include "cpu/mamba2_ops.hpp"
+#include "dispatch/export_check.hpp"
 #include "dispatch/mamba2_check.hpp"
 #if defined(REPLAYSSM_WITH_CUDA)
 #include "cuda/ops.hpp"
@@ -23,13 +24,14 @@ namespace {
 
 constexpr int kMaxRing = 64;
 
-// The ring tensors of either cache kind: [slots, H, R, P], [slots, H, R], [slots, G, R, N].
+// The ring tensors of either cache kind: [slots, H, R, P], [slots, H, R], [slots, G, R, N]. `pre`: the cache's name.
 void check_rings(const Mamba2Geometry& geo, const TensorView& x_ring, const TensorView& dt_ring,
-                 const TensorView& B_ring, DType act, Device dev, int64_t slots, int64_t R) {
+                 const TensorView& B_ring, DType act, Device dev, int64_t slots, int64_t R,
+                 const std::string& pre = "cache") {
   const int64_t H = geo.heads, P = geo.headdim, N = geo.dstate, G = geo.groups;
-  check_pool("cache.x_ring", x_ring, {{H, "heads"}, {R, "ring"}, {P, "headdim"}}, act, dev, slots);
-  check_pool("cache.dt_ring", dt_ring, {{H, "heads"}, {R, "ring"}}, DType::f32, dev, slots);
-  check_pool("cache.B_ring", B_ring, {{G, "groups"}, {R, "ring"}, {N, "dstate"}}, act, dev, slots);
+  check_pool((pre + ".x_ring").c_str(), x_ring, {{H, "heads"}, {R, "ring"}, {P, "headdim"}}, act, dev, slots);
+  check_pool((pre + ".dt_ring").c_str(), dt_ring, {{H, "heads"}, {R, "ring"}}, DType::f32, dev, slots);
+  check_pool((pre + ".B_ring").c_str(), B_ring, {{G, "groups"}, {R, "ring"}, {N, "dstate"}}, act, dev, slots);
 }
 
 Mamba2RingParams ring_params(const TensorView& x_ring, const TensorView& dt_ring, const TensorView& B_ring,
@@ -43,27 +45,87 @@ Mamba2RingParams ring_params(const TensorView& x_ring, const TensorView& dt_ring
   return r;
 }
 
-// The standard cache after its checkpoint (slots from it): the x ring's shape and length L in [1, kMaxRing], the
-// rings, the cursor [slots] int32. Returns L. (replay_decode and materialize)
-int64_t check_replay_cache(const Mamba2Geometry& geo, const ReplayCache& c, DType act, Device dev, int64_t slots) {
-  Arg xr("cache.x_ring", c.x_ring);
+// A cache after its checkpoint (slots from it), the ring length taken from the x ring: the rings, the cursor ([slots]
+// int32 for a standard cache, L in [1, kMaxRing]; [slots, 2] (w, origin) for a speculative one, whose ring length is a
+// power of two). Returns the ring length. (replay_decode, materialize, export_state)
+int64_t check_replay_cache(const Mamba2Geometry& geo, const ReplayCache& c, DType act, Device dev, int64_t slots,
+                           bool spec = false, const std::string& pre = "cache") {
+  Arg xr(pre + ".x_ring", c.x_ring);
   xr.required();
   if (c.x_ring.ndim != 4) xr.shape({{slots, "slots"}, {geo.heads, "heads"}, {-1, "ring"}, {geo.headdim, "headdim"}});
   const int64_t L = c.x_ring.shape[2];
   if (L < 1 || L > kMaxRing)
     xr.fail("ring length L (dim 2) must be in [1, " + std::to_string(kMaxRing) + "], got " + std::to_string(L));
-  check_rings(geo, c.x_ring, c.dt_ring, c.B_ring, act, dev, slots, L);
-  Arg("cache.cursor", c.cursor).required().shape({{slots, "slots"}}).dtype(DType::i32).device(dev).nonnegative_strides();
+  if (spec && (L & (L - 1)) != 0)
+    xr.fail("a speculative cache's ring length (dim 2) is a power of two, next_pow2(history + window); got " +
+            std::to_string(L));
+  check_rings(geo, c.x_ring, c.dt_ring, c.B_ring, act, dev, slots, L, pre);
+  if (spec) check_pool((pre + ".cursor").c_str(), c.cursor, {{2, "(w, origin)"}}, DType::i32, dev, slots);
+  else Arg(pre + ".cursor", c.cursor).required().shape({{slots, "slots"}}).dtype(DType::i32).device(dev).nonnegative_strides();
   return L;
 }
 
-// Host values (where readable): live slot ids < slots and unique, their cursors in [0, L).
-void check_replay_values(const TensorView& slot_idx, const TensorView& cursor, int64_t slots, int64_t L, Stream stream) {
+// Host values (where readable): live slot ids < slots and unique, their cursors in [0, L) (a speculative cache's w and
+// origin both). Returns the slot ids.
+std::optional<std::vector<int32_t>> check_replay_values(const TensorView& slot_idx, const TensorView& cursor,
+                                                        int64_t slots, int64_t L, Stream stream, bool spec = false,
+                                                        const std::string& pre = "cache") {
   auto ids = check_slot_values("slot_idx", slot_idx, slots, stream);
   auto cur = detail::read_int32(cursor, stream);
+  const std::string name = pre + ".cursor";
   if (ids && cur)
-    for (int32_t s : *ids)
-      if (s >= 0) detail::check_range("cache.cursor", (*cur)[size_t(s)], 0, L, ("cursor[" + std::to_string(s) + "]").c_str());
+    for (int32_t s : *ids) {
+      if (s < 0) continue;
+      const std::string at = "cursor[" + std::to_string(s) + "]";
+      if (!spec) {
+        detail::check_range(name.c_str(), (*cur)[size_t(s)], 0, L, at.c_str());
+      } else {
+        detail::check_range(name.c_str(), (*cur)[size_t(s) * 2], 0, L, (at + ".w").c_str());
+        detail::check_range(name.c_str(), (*cur)[size_t(s) * 2 + 1], 0, L, (at + ".origin").c_str());
+      }
+    }
+  return ids;
+}
+
+// The fold's params of materialize and export_state (the step's token fields stay empty: neither reads any).
+Mamba2ReplayParams fold_params(const Mamba2Geometry& geo, const Weights& w, const ReplayCache& c, const TensorView& slot_idx,
+                               int64_t rows, DType act, int64_t slots, int64_t L) {
+  Mamba2ReplayParams p;
+  Mamba2StepParams& st = p.step;
+  st.rows = st.tokens = int(rows);
+  st.heads = int(geo.heads); st.headdim = int(geo.headdim); st.dstate = int(geo.dstate); st.groups = int(geo.groups);
+  st.act = act;
+  st.state_dtype = c.checkpoint.dtype;
+  st.A = static_cast<const float*>(w.A.data);
+  st.slot_idx = static_cast<const int32_t*>(slot_idx.data);
+  st.state = c.checkpoint.data;
+  st.state_slot = c.checkpoint.stride[0];
+  st.slots = slots;
+  p.ring = ring_params(c.x_ring, c.dt_ring, c.B_ring, c.cursor, int(L));
+  return p;
+}
+
+// The fold on the tensors' device (materialize: dst in place; export_state: dst given).
+void run_fold(const Mamba2ReplayParams& p, const FoldDstParams& dst, Device dev, Stream stream) {
+  if (dev.type == DeviceType::cuda) {
+#if defined(REPLAYSSM_WITH_CUDA)
+    cuda::mamba2_materialize(p, dst, stream);
+#endif
+    return;
+  }
+  cpu::mamba2_materialize(p, dst);
+}
+
+// Where export_state / materialize take their dtype and device from: the x ring (they have no token inputs).
+Device fold_device(Arg& xr, DType& act) {
+  xr.required().dtype_in({DType::f32, DType::bf16, DType::f16, DType::f64}, "the activation dtype");
+  const Device dev = xr.view().device;
+  act = xr.view().dtype;
+  if (dev.type == DeviceType::cuda) {
+    if (!built_with_cuda()) xr.fail("is on a CUDA device but this build has no CUDA support");
+    if (act == DType::f64) xr.fail("float64 tensors are supported on the CPU only");
+  }
+  return dev;
 }
 
 }  // namespace
@@ -117,15 +179,9 @@ void replay_decode(const ReplayDecodeArgs& a, Stream stream) {
 void materialize(const MaterializeArgs& a, Stream stream) {
   a.geo.validate("geo");
   const ReplayCache& c = a.cache;
-  // No token inputs: the activation dtype and the device come from the x ring.
+  DType act;
   Arg xr("cache.x_ring", c.x_ring);
-  xr.required().dtype_in({DType::f32, DType::bf16, DType::f16, DType::f64}, "the activation dtype");
-  const Device dev = c.x_ring.device;
-  const DType act = c.x_ring.dtype;
-  if (dev.type == DeviceType::cuda) {
-    if (!built_with_cuda()) xr.fail("is on a CUDA device but this build has no CUDA support");
-    if (act == DType::f64) xr.fail("float64 tensors are supported on the CPU only");
-  }
+  const Device dev = fold_device(xr, act);
   const int64_t rows = check_index_vector("slot_idx", a.slot_idx, dev);
   const int64_t slots = check_pool("cache.checkpoint", c.checkpoint, {{a.geo.heads, "heads"},
                                    {a.geo.headdim, "headdim"}, {a.geo.dstate, "dstate"}}, c.checkpoint.dtype, dev, -1);
@@ -134,26 +190,36 @@ void materialize(const MaterializeArgs& a, Stream stream) {
   Arg("w.A", a.w.A).required().shape({{a.geo.heads, "heads"}}).dtype(DType::f32).device(dev).nonnegative_strides()
       .inner_contiguous();
   check_replay_values(a.slot_idx, c.cursor, slots, L, stream);
+  run_fold(fold_params(a.geo, a.w, c, a.slot_idx, rows, act, slots, L), FoldDstParams{}, dev, stream);
+}
 
-  Mamba2ReplayParams p;  // the step's token fields stay empty: materialize reads none
-  Mamba2StepParams& st = p.step;
-  st.rows = st.tokens = int(rows);
-  st.heads = int(a.geo.heads); st.headdim = int(a.geo.headdim); st.dstate = int(a.geo.dstate); st.groups = int(a.geo.groups);
-  st.act = act;
-  st.state_dtype = c.checkpoint.dtype;
-  st.A = static_cast<const float*>(a.w.A.data);
-  st.slot_idx = static_cast<const int32_t*>(a.slot_idx.data);
-  st.state = c.checkpoint.data;
-  st.state_slot = c.checkpoint.stride[0];
-  st.slots = slots;
-  p.ring = ring_params(c.x_ring, c.dt_ring, c.B_ring, c.cursor, int(L));
-  if (dev.type == DeviceType::cuda) {
-#if defined(REPLAYSSM_WITH_CUDA)
-    cuda::mamba2_materialize(p, stream);
-#endif
-    return;
-  }
-  cpu::mamba2_materialize(p);
+void export_state(const ExportStateArgs& a, Stream stream) {
+  a.geo.validate("geo");
+  auto given = [](const auto& k) {
+    return k.checkpoint.defined() || k.x_ring.defined() || k.dt_ring.defined() || k.B_ring.defined() || k.cursor.defined();
+  };
+  const bool spec = given(a.spec_cache);
+  if (spec == given(a.cache))
+    throw Error("cache", "give exactly one of cache (a standard decode cache) and spec_cache (a speculative one)");
+  const std::string pre = spec ? "spec_cache" : "cache";
+  const SpecCache& sc = a.spec_cache;
+  const ReplayCache c = spec ? ReplayCache{sc.checkpoint, sc.x_ring, sc.dt_ring, sc.B_ring, sc.cursor} : a.cache;
+  DType act;
+  Arg xr(pre + ".x_ring", c.x_ring);
+  const Device dev = fold_device(xr, act);
+  const int64_t rows = check_index_vector("slot_idx", a.slot_idx, dev);
+  const std::initializer_list<detail::Dim> per_slot = {{a.geo.heads, "heads"}, {a.geo.headdim, "headdim"}, {a.geo.dstate, "dstate"}};
+  const int64_t slots = check_pool((pre + ".checkpoint").c_str(), c.checkpoint, per_slot, c.checkpoint.dtype, dev, -1);
+  check_state_dtype((pre + ".checkpoint").c_str(), c.checkpoint, act);
+  const int64_t L = check_replay_cache(a.geo, c, act, dev, slots, spec, pre);
+  Arg("w.A", a.w.A).required().shape({{a.geo.heads, "heads"}}).dtype(DType::f32).device(dev).nonnegative_strides()
+      .inner_contiguous();
+  check_pool("dst", a.dst, per_slot, a.dst.dtype, dev, -1);
+  check_state_dtype("dst", a.dst, act);
+  const auto ids = check_replay_values(a.slot_idx, c.cursor, slots, L, stream, spec, pre);
+  FoldDstParams dst = detail::check_export_dst(a.dst, a.dst_idx, c.checkpoint, ids, rows, dev, stream);
+  dst.circular = spec;
+  run_fold(fold_params(a.geo, a.w, c, a.slot_idx, rows, act, slots, L), dst, dev, stream);
 }
 
 void spec_verify(const VerifyArgs& a, Stream stream) {

@@ -56,6 +56,13 @@ int SlotManager::admit(RequestId id, int prompt_tokens, CursorMode mode) {
   return take_slot(id, prompt_tokens, mode);
 }
 
+int SlotManager::fork(RequestId parent, RequestId child) {
+  const Entry e = entry(parent);
+  if (active_.count(child)) throw Error("request", req(child) + " is already active");
+  if (preempted_.count(child)) throw Error("request", req(child) + " is preempted; use resume()");
+  return take_slot(child, e.tokens, e.mode);
+}
+
 void SlotManager::free_slot(int slot) {
   if (slot < 0 || slot >= cfg_.num_slots)
     throw Error("slot", "slot " + std::to_string(slot) + " is out of range [0, " + std::to_string(cfg_.num_slots) + ")");

@@ -246,3 +246,67 @@ TEST(CApi, GdnMaterializeMatchesTheCppOp) {
 }
 
 }  // namespace
+
+namespace {
+
+// export_state through the C ABI: the cursor's rank picks the cache kind; in the same pool it forks, and its result
+// equals the C++ op's; an aliasing destination is named with nothing written.
+TEST(CApi, ExportStateMatchesTheCppOpForBothCacheKinds) {
+  Rings c, cpp;
+  Dl<float> dst{{2, Rings::H, Rings::P, Rings::N}, kF32}, dst_cpp{{2, Rings::H, Rings::P, Rings::N}, kF32};
+  Dl<int32_t> didx{{2}, kI32};
+  didx.data = {1, 0};  // slot 2 -> destination 1, slot 0 -> destination 0
+  const auto ck0 = c.ckpt.data;
+  ASSERT_EQ(replayssm_mamba2_export_state(Rings::H, Rings::P, Rings::N, Rings::G, &c.A.t, &c.ckpt.t, &c.xr.t, &c.dtr.t,
+                                          &c.Br.t, &c.cursor.t, &c.slot_idx.t, &dst.t, &didx.t, nullptr),
+            REPLAYSSM_OK)
+      << replayssm_last_error();
+  EXPECT_EQ(c.ckpt.data, ck0);  // the cache is only read
+  replayssm::mamba2::Weights w;
+  w.A = cpp.A.view();
+  replayssm::mamba2::export_state({{Rings::H, Rings::P, Rings::N, Rings::G}, w,
+                                   {cpp.ckpt.view(), cpp.xr.view(), cpp.dtr.view(), cpp.Br.view(), cpp.cursor.view()}, {},
+                                   cpp.slot_idx.view(), dst_cpp.view(), didx.view()});
+  EXPECT_EQ(dst.data, dst_cpp.data);
+  // the same tensors with a [slots, 2] cursor are a speculative cache (ring 4 = a power of two)
+  Dl<int32_t> cur2{{Rings::slots, 2}, kI32};
+  cur2.data = {3, 1, 0, 0, 2, 3};
+  ASSERT_EQ(replayssm_mamba2_export_state(Rings::H, Rings::P, Rings::N, Rings::G, &c.A.t, &c.ckpt.t, &c.xr.t, &c.dtr.t,
+                                          &c.Br.t, &cur2.t, &c.slot_idx.t, &dst.t, &didx.t, nullptr),
+            REPLAYSSM_OK)
+      << replayssm_last_error();
+  replayssm::mamba2::export_state({{Rings::H, Rings::P, Rings::N, Rings::G}, w, {},
+                                   {cpp.ckpt.view(), cpp.xr.view(), cpp.dtr.view(), cpp.Br.view(), cur2.view()},
+                                   cpp.slot_idx.view(), dst_cpp.view(), didx.view()});
+  EXPECT_EQ(dst.data, dst_cpp.data);
+  // into the checkpoint pool: row 0 (slot 2) writing slot 0, which row 1 reads, is refused
+  Dl<int32_t> cross{{2}, kI32};
+  cross.data = {0, 1};
+  EXPECT_EQ(replayssm_mamba2_export_state(Rings::H, Rings::P, Rings::N, Rings::G, &c.A.t, &c.ckpt.t, &c.xr.t, &c.dtr.t,
+                                          &c.Br.t, &c.cursor.t, &c.slot_idx.t, &c.ckpt.t, &cross.t, nullptr),
+            REPLAYSSM_ERROR);
+  EXPECT_STREQ(replayssm_last_error_argument(), "dst_idx");
+  EXPECT_EQ(c.ckpt.data, ck0);
+  // GDN: a bad destination shape is named
+  constexpr int H = 1, HV = 2, K = 4, V = 4, L = 4, slots = 2;
+  Dl<float> ck{{slots, HV, V, K}, kF32}, d{{slots, HV, L, V}, kF32}, k{{slots, H, L, K}, kF32}, g{{slots, HV, L}, kF32};
+  Dl<float> gdst{{1, HV, V, K}, kF32}, gbad{{1, HV, K + 4, V}, kF32};
+  Dl<int32_t> gcur{{slots}, kI32}, ids{{1}, kI32}, to{{1}, kI32};
+  for (size_t i = 0; i < ck.data.size(); ++i) ck.data[i] = float(int((i * 7919) % 23) - 11) / 22.f;
+  for (size_t i = 0; i < d.data.size(); ++i) d.data[i] = float(int((i * 104729) % 19) - 9) / 9.f;
+  for (size_t i = 0; i < k.data.size(); ++i) k.data[i] = float(int((i * 1299709) % 17) - 8) / 8.f;
+  for (size_t i = 0; i < g.data.size(); ++i) g.data[i] = -0.1f * float(i % 5 + 1);
+  gcur.data = {0, 3};
+  ids.data = {1};
+  to.data = {0};
+  ASSERT_EQ(replayssm_gdn_export_state(H, HV, K, V, &ck.t, &d.t, &k.t, &g.t, &gcur.t, &ids.t, &gdst.t, &to.t, nullptr),
+            REPLAYSSM_OK)
+      << replayssm_last_error();
+  replayssm::gdn::materialize({{H, HV, K, V}, {ck.view(), d.view(), k.view(), g.view(), gcur.view()}, ids.view()});
+  EXPECT_EQ(std::vector<float>(ck.data.begin() + HV * V * K, ck.data.end()), gdst.data);  // = materialize's slot 1
+  EXPECT_EQ(replayssm_gdn_export_state(H, HV, K, V, &ck.t, &d.t, &k.t, &g.t, &gcur.t, &ids.t, &gbad.t, &to.t, nullptr),
+            REPLAYSSM_ERROR);
+  EXPECT_STREQ(replayssm_last_error_argument(), "dst");
+}
+
+}  // namespace

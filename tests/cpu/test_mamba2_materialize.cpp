@@ -50,9 +50,7 @@ TEST(Mamba2Materialize, TeethCorruptRingAndCursor) {
   for (int what = 0; what < 2; ++what) {
     Filled f = fill_rings({8, 32, 16, 4}, {DType::f32, DType::bf16}, 16, 901 + uint64_t(what));
     Problem& a = f.a;
-    int slot = -1;
-    for (int s : f.batch_slots)
-      if (a.cursor.at({s}) >= 2) slot = s;
+    const int slot = slot_with_two_tokens(f);
     ASSERT_GE(slot, 0);
     const std::vector<double> ref = fold_f64(a, slot);
     const int w = int(a.cursor.at({slot}));

@@ -182,3 +182,25 @@ TEST(SlotManager, LoadCheckpointCopiesWithDtypeConversion) {
   gpu.device = Device::cuda(0);
   expect_error([&] { load_checkpoint(gpu, 0, state); }, "checkpoint");
 }
+
+TEST(SlotManager, ForkGivesTheChildAFreshSlotInTheParentsMode) {
+  SlotManager m(cfg(3));
+  const int p = m.admit(10, 5, CursorMode::spec);
+  m.add_tokens(10, 3);
+  m.take_pending_resets(CursorMode::spec);  // the parent's reset ran at admission
+  const int c = m.fork(10, 20);
+  EXPECT_NE(c, p);
+  EXPECT_EQ(m.mode_of(20), CursorMode::spec);
+  EXPECT_EQ(m.tokens_of(20), 8);  // as many tokens as the parent: the child continues from its state
+  EXPECT_EQ(m.take_pending_resets(CursorMode::spec), std::vector<int32_t>{c});  // only the child's cursor is reset
+  m.add_tokens(20, 1);
+  EXPECT_EQ(m.tokens_of(10), 8);  // the parent is untouched
+  // errors change nothing: an unknown parent, a child already active, out of slots
+  expect_error([&] { m.fork(99, 21); }, "request");
+  expect_error([&] { m.fork(10, 20); }, "request");
+  m.fork(10, 21);
+  EXPECT_EQ(m.free_slots(), 0);
+  expect_error([&] { m.fork(10, 22); }, "slots");
+  EXPECT_FALSE(m.active(22));
+  EXPECT_EQ(m.active_count(), 3);
+}

@@ -81,9 +81,7 @@ TEST(CudaMamba2Materialize, TeethCorruptRing) {
   NEED_GPU();
   Filled f = fill_rings({8, 32, 64, 4}, {DType::f32, DType::bf16}, 16, 77);
   Problem& a = f.a;
-  int slot = -1;
-  for (int s : f.batch_slots)
-    if (a.cursor.at({s}) >= 2) slot = s;
+  const int slot = slot_with_two_tokens(f);
   ASSERT_GE(slot, 0);
   const std::vector<double> ref = fold_f64(a, slot);
   HostTensor bad = a.dt_ring;

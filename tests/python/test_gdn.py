@@ -284,6 +284,46 @@ def test_materialize_then_classic_decode_on_the_checkpoint(device):
     assert cursor.tolist() == [0, 0, 0]
 
 
+def test_export_state_and_fork_against_a_classic_pool(device):
+    """Replay steps on the cache helpers, then state_of (export_state) against gdn_decode on a classic pool that
+    started from the same states; fork a slot, after which both decode alike; the cache is only read."""
+    H, HV, K, V, L, slots = 2, 4, 64, 64, 8, 4
+    gen = torch.Generator().manual_seed(9)
+    A_log, dt_bias = uniform(gen, [HV], 0, 2.7).float().to(device), uniform(gen, [HV], -6, -2).float().to(device)
+    caches = replayssm.GdnReplayCaches(1, slots, H, HV, K, V, ring_len=L, device=device)
+    caches.layers[0]["checkpoint"].copy_(uniform(gen, [slots, HV, V, K], -0.2, 0.2).float())
+    pool = caches.layers[0]["checkpoint"].clone()
+
+    def tokens(n):
+        q, k = (uniform(gen, [n, H, K], -1, 1).float().to(device) for _ in range(2))
+        v = uniform(gen, [n, HV, V], -1, 1).float().to(device)
+        a, b = (uniform(gen, [n, HV], -2, 2).float().to(device) for _ in range(2))
+        return q, k, v, a, b
+
+    def replay(rows, t):
+        out = torch.empty(len(rows), HV, V, device=device)
+        ops.gdn_replay_decode(*t, A_log, dt_bias, **caches.layer(0), slot_idx=int32(rows, device), out=out)
+        caches.advance(int32(rows, device))
+        return out
+
+    rows = [2, 0]
+    for _ in range(L + 3):
+        t = tokens(2)
+        replay(rows, t)
+        ops.gdn_decode(*t, A_log, dt_bias, pool, int32(rows, device), torch.empty(2, HV, V, device=device))
+    before = {k: v.clone() for k, v in caches.layer(0).items()}
+    for s in rows:
+        assert rel_err(caches.state_of(s)[0], pool[s]) < 1e-4
+    for k, v in caches.layer(0).items():
+        assert torch.equal(v, before[k]), k
+    caches.fork([2], [3])
+    assert rel_err(caches.layers[0]["checkpoint"][3], pool[2]) < 1e-4
+    for _ in range(L + 2):
+        q, k, v, a, b = tokens(1)
+        out = replay([2, 3], tuple(torch.cat([x, x]) for x in (q, k, v, a, b)))
+        assert rel_err(out[1], out[0]) < 1e-4
+
+
 # ---------------- bad input ----------------
 
 

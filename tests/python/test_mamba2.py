@@ -307,6 +307,59 @@ def test_materialize_then_classic_decode_on_the_checkpoint(device):
     assert cursor.tolist() == [0, 0, 0]
 
 
+def test_export_state_fork_and_state_of(device):
+    """export_state: the current state of a slot mid-ring into another pool equals the float64 recurrence and leaves
+    the cache as it was; the cache helpers' state_of gives the same, and fork makes a free slot decode as its source."""
+    H, P, N, G, L, slots = 4, 16, 64, 2, 8, 4
+    gen = torch.Generator().manual_seed(11)
+    A = (-torch.exp(uniform(gen, [H], 0, 1))).float()
+    w64 = {"A": A.double(), "dt_bias": None, "D": None, "dt_softplus": True}
+    caches = replayssm.Mamba2ReplayCaches(1, slots, H, P, N, G, ring_len=L, act_dtype=torch.float32, device=device)
+    S = uniform(gen, [slots, H, P, N], -0.5, 0.5).float().double()
+    caches.layers[0]["checkpoint"].copy_(S.float())
+    rows = [2, 0]
+    slot_idx, A_d = int32(rows, device), A.to(device)
+
+    def step(rows_now, t):
+        x, dt, B, C = (t[k].to(device) for k in ("x", "dt", "B", "C"))
+        out = torch.empty(len(rows_now), H, P, device=device)
+        ops.mamba2_replay_decode(x, dt, B, C, A_d, **caches.layer(0), slot_idx=int32(rows_now, device), out=out)
+        caches.advance(int32(rows_now, device))
+        return out
+
+    def tokens(n):
+        return {"x": uniform(gen, [n, H, P], -1, 1).float(), "dt": uniform(gen, [n, H], -4, 1).float(),
+                "B": uniform(gen, [n, G, N], -1, 1).float(), "C": uniform(gen, [n, G, N], -1, 1).float()}
+
+    for _ in range(L + 3):  # past one flush, mid-ring
+        t = tokens(2)
+        t64 = {k: v.double() for k, v in t.items()}
+        t64["z"] = None
+        S[rows], _ = mamba2_token(S[rows], t64, w64)
+        step(rows, t)
+    before = {k: v.clone() for k, v in caches.layer(0).items()}
+    dst = torch.full([3, H, P, N], -7.0, device=device)
+    ops.mamba2_export_state(A_d, **caches.layer(0), slot_idx=slot_idx, dst=dst, dst_idx=int32([2, -1], device))
+    assert rel_err(dst[2], S[2]) < 1e-5
+    assert (dst[:2] == -7.0).all()  # row 1 skipped, destination 0 and 1 untouched
+    for k, v in caches.layer(0).items():
+        assert torch.equal(v, before[k]), k
+    got = caches.state_of(0, A=A_d)
+    assert len(got) == 1 and rel_err(got[0], S[0]) < 1e-5
+    # fork slot 2 into the free slot 1; fed the same tokens, both decode alike
+    caches.fork([2], [1], A=A_d)
+    assert caches.cursor[1].item() == 0
+    for _ in range(L + 2):
+        t = tokens(1)
+        t2 = {k: torch.cat([v, v]) for k, v in t.items()}
+        out = step([2, 1], t2)
+        assert rel_err(out[1], out[0]) < 1e-5
+    with pytest.raises(replayssm.ReplaySSMError) as e:  # a destination that is another row's source
+        ops.mamba2_export_state(A_d, **caches.layer(0), slot_idx=int32([2, 0], device), dst=caches.layers[0]["checkpoint"],
+                                dst_idx=int32([0, 3], device))
+    assert e.value.argument == "dst_idx"
+
+
 # ---------------- bad input ----------------
 
 

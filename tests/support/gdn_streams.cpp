@@ -25,6 +25,48 @@ static HostTensor masked_slots(const std::vector<int32_t>& ids, const std::vecto
   return i32(m);
 }
 
+// export_state of the live rows into a fresh pool of c.export_dtype against `truth` (rounded to that dtype): row r
+// writes destination n - 1 - r of n = rows + 2 (slots 0 and 1 never written), one live row (rotating) is skipped by
+// dst_idx = -1; the cache must be byte-identical afterwards and unwritten destinations keep the sentinel.
+static void check_export(const StreamConfig& c, const ReplayCaches& cache, const HostTensor& truth, bool spec,
+                         StreamStats& st) {
+  const int rows = int(c.slot_ids.size()), n = rows + 2;
+  const double sentinel = -4096.0;
+  HostTensor dst(c.export_dtype, {n, c.geo.v_heads, c.geo.head_v_dim, c.geo.head_k_dim}, kSlotPad);
+  dst.fill(sentinel);
+  std::vector<int32_t> di(static_cast<size_t>(rows));
+  std::vector<int> live;
+  for (int r = 0; r < rows; ++r) {
+    di[size_t(r)] = n - 1 - r;
+    if (c.slot_ids[size_t(r)] >= 0) live.push_back(r);
+  }
+  if (live.size() > 1) di[size_t(live[size_t(st.exports) % live.size()])] = -1;
+  const HostTensor sidx = i32(c.slot_ids), didx = i32(di);
+  const std::vector<const HostTensor*> parts = {&cache.checkpoint, &cache.d_ring, &cache.k_ring, &cache.g_ring, &cache.cursor};
+  std::vector<std::vector<uint8_t>> before;
+  for (const HostTensor* t : parts) before.push_back(t->bytes());
+  replayssm::gdn::ExportStateArgs a{c.geo, {}, {}, sidx.view(), dst.view(), didx.view()};
+  if (spec) a.spec_cache = cache.spec_view();
+  else a.cache = cache.view();
+  replayssm::gdn::export_state(a);
+  for (size_t i = 0; i < parts.size(); ++i)
+    if (parts[i]->bytes() != before[i]) st.export_ok = false;
+  std::vector<char> written(size_t(n), 0);
+  for (int r : live) {
+    const int d = di[size_t(r)];
+    if (d < 0) continue;
+    written[size_t(d)] = 1;
+    std::vector<double> want = slot_values(truth, c.slot_ids[size_t(r)]);
+    for (double& v : want) v = round_to(c.export_dtype, v);
+    st.export_err = std::max(st.export_err, max_err(slot_values(dst, d), want));
+    ++st.exports;
+  }
+  for (int d = 0; d < n; ++d)
+    if (!written[size_t(d)])
+      for (double v : slot_values(dst, d))
+        if (v != sentinel) { st.export_ok = false; break; }
+}
+
 StreamStats run_replay_stream(const StreamConfig& c, const StepHook& hook) {
   std::mt19937_64 rng(c.seed);
   const int64_t rows = int64_t(c.slot_ids.size());
@@ -70,6 +112,7 @@ StreamStats run_replay_stream(const StreamConfig& c, const StepHook& hook) {
         ++st.flushes;
       }
     replayssm::advance_cursors(cache.cursor.view(), slot_idx.view(), c.L);
+    if (c.export_every > 0 && (step + 1) % c.export_every == 0) check_export(c, cache, truth, false, st);
   }
   return st;
 }
@@ -186,6 +229,7 @@ StreamStats run_spec_stream(const StreamConfig& c, bool full_windows, const Step
     st.out_err.push_back(max_err(rows_values(out, live_tokens), rows_values(ref_out, live_tokens)));
     HostTensor acc_t = i32(acc);
     replayssm::commit_cursors(cache.cursor.view(), slot_idx.view(), acc_t.view(), qsl_t.view(), c.spec);
+    if (c.export_every > 0 && (step + 1) % c.export_every == 0) check_export(c, cache, truth, true, st);
   }
   return st;
 }

@@ -23,12 +23,17 @@ struct StreamConfig {
   // unset = uniform in [1, n].
   std::function<int(int, int, int, bool)> accept;
   bool per_channel = false;        // Kimi-Delta-style per-channel decay gates (a [tokens, HV, K])
+  int export_every = 0;            // > 0: every this many steps, export_state of the live rows against the truth
+  DType export_dtype = DType::f32; // of the destination pool
 };
 
 struct StreamStats {
   std::vector<double> out_err;   // per step, max over live rows
   double checkpoint_err = 0;     // max over every flush
   int flushes = 0;               // (row, step) flush events checked
+  double export_err = 0;         // max over every export_state check (export_every)
+  int exports = 0;               // exported rows checked
+  bool export_ok = true;         // the cache byte-identical after each export, skipped destinations untouched
   double first_window(int n) const;  // max of out_err over the first n steps
   double last_window(int n) const;
   double max_out() const;

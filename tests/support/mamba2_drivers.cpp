@@ -16,6 +16,7 @@ Backend cpu_backend() {
   b.replay_decode = [](const mamba2::ReplayDecodeArgs& a) { mamba2::replay_decode(a); };
   b.spec_verify = [](const mamba2::VerifyArgs& a) { mamba2::spec_verify(a); };
   b.classic_spec = [](const mamba2::ClassicSpecArgs& a) { mamba2::classic_spec_decode(a); };
+  b.export_state = [](const mamba2::ExportStateArgs& a) { mamba2::export_state(a); };
   return b;
 }
 
@@ -74,6 +75,52 @@ void note_level(RunLog& log, int w, double e) {
 void copy_token(const HostTensor& src, int64_t ts, HostTensor& dst, int64_t td) {
   const int64_t per = src.numel() / src.shape()[0];
   for (int64_t i = 0; i < per; ++i) dst.set_flat(td * per + i, src.flat(ts * per + i));
+}
+
+// export_state of the live rows of `slots` into a fresh pool of o_dtype, against the committed truth rs (rounded to
+// that dtype). Row r writes destination slot n - 1 - r of n = rows + 2 (so slots 0 and 1 are never written); one live
+// row (rotating) is skipped by dst_idx = -1. The cache must be byte-identical afterwards and every destination not
+// written must keep the sentinel.
+void check_export(Problem& pb, const ref::Mamba2States& rs, const std::vector<int>& slots, bool spec, DType o_dtype,
+                  const Backend& be, RunLog& log) {
+  const Mamba2Geometry& g = pb.s.geo;
+  const int rows = int(slots.size()), n = rows + 2;
+  HostTensor dst(o_dtype, {n, g.heads, g.headdim, g.dstate}, pb.s.pad);
+  dst.fill(kSentinel);
+  std::vector<int> live, di(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) {
+    di[size_t(r)] = n - 1 - r;
+    if (slots[size_t(r)] >= 0) live.push_back(r);
+  }
+  if (live.size() > 1) di[size_t(live[log.export_err.size() % live.size()])] = -1;
+  HostTensor sidx = i32_tensor(slots), didx = i32_tensor(di);
+  const std::vector<const HostTensor*> cache = {&pb.state, &pb.x_ring, &pb.dt_ring, &pb.B_ring, &pb.cursor};
+  std::vector<std::vector<uint8_t>> before;
+  for (const HostTensor* t : cache) before.push_back(t->bytes());
+  mamba2::ExportStateArgs a{g, pb.weights(), {}, {}, sidx.view(), dst.view(), didx.view()};
+  if (spec) a.spec_cache = pb.spec_cache();
+  else a.cache = pb.replay_cache();
+  be.export_state(a);
+  for (size_t i = 0; i < cache.size(); ++i)
+    if (cache[i]->bytes() != before[i]) log.export_ok = false;
+  const int64_t per = rs.per_slot;
+  std::vector<char> written(size_t(n), 0);
+  double worst = 0;
+  for (int r : live) {
+    const int d = di[size_t(r)];
+    if (d < 0) continue;
+    written[size_t(d)] = 1;
+    std::vector<double> got(static_cast<size_t>(per));
+    std::vector<double> want(rs.slot(slots[size_t(r)]), rs.slot(slots[size_t(r)]) + per);
+    for (int64_t i = 0; i < per; ++i) got[size_t(i)] = dst.flat(d * per + i);
+    ref::round_in_place(want.data(), per, o_dtype);
+    worst = std::max(worst, rel_err(got, want));
+  }
+  for (int d = 0; d < n; ++d)
+    if (!written[size_t(d)])
+      for (int64_t i = 0; i < per; ++i)
+        if (dst.flat(d * per + i) != kSentinel) { log.export_ok = false; break; }
+  log.export_err.push_back(worst);
 }
 
 }  // namespace
@@ -137,6 +184,7 @@ RunLog run_replay(Problem& pb, const ReplayOpts& o, const Backend& be) {
         hw[size_t(s)] = (hw[size_t(s)] + 1) % o.L;
         if (int(pb.cursor.flat(s)) != hw[size_t(s)]) log.cursor_ok = false;
       }
+    if (o.export_every > 0 && (step + 1) % o.export_every == 0) check_export(pb, rs, slots, false, o.export_dtype, be, log);
   }
   log.unused_ok = unused.same(pb, pools);
   return log;
@@ -286,6 +334,8 @@ RunLog run_spec(Problem& pb, const SpecOpts& o, const Backend& be) {
     for (int s : pb.slot_of_row)
       if (s >= 0 && (int(pb.cursor.at({s, 0})) != hw[size_t(s)] || int(pb.cursor.at({s, 1})) != ho[size_t(s)]))
         log.cursor_ok = false;
+    if (o.export_every > 0 && (step + 1) % o.export_every == 0)
+      check_export(pb, rs, pb.slot_of_row, true, o.export_dtype, be, log);
   }
   log.unused_ok = unused.same(pb, pools);
   return log;

@@ -15,6 +15,7 @@ struct Backend {
   std::function<void(const mamba2::ReplayDecodeArgs&)> replay_decode;
   std::function<void(const mamba2::VerifyArgs&)> spec_verify;
   std::function<void(const mamba2::ClassicSpecArgs&)> classic_spec;
+  std::function<void(const mamba2::ExportStateArgs&)> export_state;
 };
 Backend cpu_backend();  // the library's public ops on host tensors
 
@@ -28,6 +29,8 @@ struct RunLog {
   bool padding_ok = true;         // padding rows' out kept the sentinel
   bool unused_ok = true;          // slots no row used are byte-identical at the end
   bool cursor_ok = true;          // device cursors match the host mirror
+  std::vector<double> export_err; // per export_state check (export_every): worst live row against the truth
+  bool export_ok = true;          // the cache byte-identical after each export, skipped destinations untouched
   double max_out() const;
   double max_state() const;
   double max_out_in(size_t begin, size_t end) const;  // steps [begin, end)
@@ -41,6 +44,8 @@ struct ReplayOpts {
   int reset_at = -1;   // at this step the first live row's slot starts a new request
   // Called right before the op of each step; may corrupt what the op sees (teeth tests).
   std::function<void(int step, Problem&, mamba2::ReplayDecodeArgs&)> tamper;
+  int export_every = 0;            // > 0: every this many steps, export_state of the live rows against the truth
+  DType export_dtype = DType::f32; // of the destination pool
 };
 RunLog run_replay(Problem& pb, const ReplayOpts& o, const Backend& be);
 
@@ -55,6 +60,8 @@ struct SpecOpts {
   // Accepted count for a live row (default: uniform in 1..n). Arguments: row, w, n, flush due.
   std::function<int(int row, int w, int n, bool flush)> accept;
   std::function<void(int step, Problem&, mamba2::VerifyArgs&)> tamper;
+  int export_every = 0;            // as ReplayOpts (after the commit: the committed state)
+  DType export_dtype = DType::f32;
 };
 RunLog run_spec(Problem& pb, const SpecOpts& o, const Backend& be);
 

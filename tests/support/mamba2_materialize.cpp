@@ -57,4 +57,11 @@ Filled fill_rings(const Mamba2Geometry& geo, DtypePair dt, int L, uint64_t seed)
   return f;
 }
 
+int slot_with_two_tokens(const Filled& f) {
+  int slot = -1;
+  for (int s : f.batch_slots)
+    if (f.a.cursor.at({s}) >= 2) slot = s;
+  return slot;
+}
+
 }  // namespace replayssm::test::m2

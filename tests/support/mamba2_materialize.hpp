@@ -21,5 +21,7 @@ struct Filled {
 // 4 rows decode in alternating slot sets of an 8-slot pool so that slots reach different fill levels;
 // the batch left in a.slot_idx has a padding row and slots at distinct levels, at least one > 0.
 Filled fill_rings(const Mamba2Geometry& geo, DtypePair dt, int L, uint64_t seed);
+// The last batch slot holding >= 2 ring tokens (teeth tests corrupt one of them), or -1.
+int slot_with_two_tokens(const Filled& f);
 
 }  // namespace replayssm::test::m2

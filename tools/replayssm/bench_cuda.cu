@@ -286,7 +286,7 @@ Result run_case(const std::string& model, const Mamba2Geometry& geo, int tp, int
       Mamba2ReplayParams rp;
       rp.step = sets[i % nsets].step;
       rp.ring = sets[i % nsets].ring;
-      cuda::mamba2_materialize(rp, st);
+      cuda::mamba2_materialize(rp, FoldDstParams{}, st);
     });
     res.materialize.bytes = double(batch) * (2.0 * H * P * N * sb + wm * (H * P * ab + H * 4.0 + G * N * ab) + 4);
   }

@@ -42,6 +42,11 @@ class SlotManager {
   // is queued for reset (see take_pending_resets / reset_pending_cursors). Throws (changing
   // nothing) when no slot is free, the id is already known, or prompt_tokens > max_context.
   int admit(RequestId id, int prompt_tokens, CursorMode mode);
+  // A new request `child` that continues from `parent`'s current state (n > 1 sampling, beam search): a new slot in
+  // the parent's cursor mode holding as many tokens, its cursor queued for reset. The caller writes the parent's
+  // current state into the child's checkpoint (mamba2::export_state / gdn::export_state with dst = the checkpoint
+  // pool, per layer) before the resets run. Throws (changing nothing) as admit() does, or if the parent is not active.
+  int fork(RequestId parent, RequestId child);
   // The request is done: its slot is freed. Error("request") if it is not active.
   void finish(RequestId id);
   // Free the request's slot but remember its token count; returns that count (what resume() will
