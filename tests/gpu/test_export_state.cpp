@@ -132,6 +132,56 @@ TEST(CudaMamba2ExportState, InPlaceIsMaterializeAndTeeth) {
   EXPECT_GT(m2::rel_err(one.to_f64(), m2::fold_f64(a, slot)), 1e-3);
 }
 
+// Captured once in a CUDA graph, the op reads dst_idx on the device at each replay: an engine's captured step exports
+// just the rows that cross a prefix-cache block boundary at that step (the others -1).
+TEST(CudaMamba2ExportState, CapturedInAGraphReadsDstIdxOnTheDevice) {
+  NEED_GPU();
+  m2::Filled f = m2::fill_rings({8, 32, 128, 4}, {DType::f32, DType::bf16}, 16, 650);
+  m2::Problem& a = f.a;  // slot_idx {0, 3, -1, 6}
+  HostTensor dst(DType::f32, {3, 8, 32, 128}), want(DType::f32, {3, 8, 32, 128});
+  dst.fill(kSentinel);
+  DeviceTensor ck(a.state), xr(a.x_ring), dtr(a.dt_ring), Br(a.B_ring), cur(a.cursor), ids(a.slot_idx), A(a.A), dd(dst);
+  HostTensor idx0 = m2::i32_tensor({0, -1, -1, -1}), idx1 = m2::i32_tensor({-1, 1, -1, 2});
+  DeviceTensor di(idx0);
+  mamba2::Weights w;
+  w.A = A.view();
+  cudaStream_t st;
+  cuda_ok(cudaStreamCreate(&st), "stream");
+  cudaGraph_t graph;
+  cuda_ok(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), "capture");
+  try {
+    mamba2::export_state({a.s.geo, w, {ck.view(), xr.view(), dtr.view(), Br.view(), cur.view()}, {}, ids.view(), dd.view(),
+                          di.view()},
+                         st);
+  } catch (...) {
+    cudaStreamEndCapture(st, &graph);
+    cudaGetLastError();
+    throw;
+  }
+  cuda_ok(cudaStreamEndCapture(st, &graph), "end capture");
+  cudaGraphExec_t exec;
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  HostTensor got = dst;
+  cuda_ok(cudaGraphLaunch(exec, st), "launch");
+  cuda_ok(cudaStreamSynchronize(st), "sync");
+  dd.download(got);
+  di.upload(idx1);
+  cuda_ok(cudaGraphLaunch(exec, st), "launch");
+  cuda_ok(cudaStreamSynchronize(st), "sync");
+  HostTensor got2 = dst;
+  dd.download(got2);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(st);
+  // CPU: the same two exports in turn
+  want.fill(kSentinel);
+  mamba2::export_state({a.s.geo, a.weights(), a.replay_cache(), {}, a.slot_idx.view(), want.view(), idx0.view()});
+  EXPECT_EQ(m2::slot_bytes(got, 1), m2::slot_bytes(want, 1));  // not written by the first replay
+  EXPECT_LE(m2::rel_err(got.to_f64(), want.to_f64()), 1e-5);
+  mamba2::export_state({a.s.geo, a.weights(), a.replay_cache(), {}, a.slot_idx.view(), want.view(), idx1.view()});
+  EXPECT_LE(m2::rel_err(got2.to_f64(), want.to_f64()), 1e-5);
+}
+
 // ---- Gated DeltaNet ----
 
 double gdn_gpu_vs_cpu(const GdnGeometry& geo, gdn::ReplayCaches& c, const HostTensor& slot_idx, bool spec, DType out,
