@@ -19,7 +19,9 @@ using gdn::ld_any;
 constexpr int kThreads = 256;
 constexpr int kRows = kMaterializeRows;  // state rows (of V) per CTA
 
-template <class ST, int K>
+// DST = false: materialize (in place, linear ring), as measured in the twelfth session; DST = true: export_state
+// (FoldDstParams). Two instances, as the Mamba-2 kernel (the general one made materialize slower).
+template <class ST, int K, bool DST>
 __global__ void __launch_bounds__(kThreads) gdn_materialize_kernel(const GdnReplayParams P, const FoldDstParams dst) {
   constexpr int RG = kThreads / K, RPT = kRows / RG;  // K = 128: 2 row groups of 8 rows; K = 64: 4 of 4
   const GdnStepParams& p = P.step;
@@ -31,10 +33,15 @@ __global__ void __launch_bounds__(kThreads) gdn_materialize_kernel(const GdnRepl
   int w;
   RingWalk rw;
   FoldOut out;
-  int64_t out_off;
-  if (!fold_row_setup(dst, R.cursor + int64_t(slot) * R.cursor_slot, row, slot, L, p.state, p.state_dtype, p.state_slot,
-                      w, rw, out, out_off))
-    return;
+  int64_t out_off = 0;
+  if constexpr (DST) {
+    if (!fold_row_setup(dst, R.cursor + int64_t(slot) * R.cursor_slot, row, slot, L, p.state, p.state_dtype,
+                        p.state_slot, w, rw, out, out_off))
+      return;
+  } else {
+    w = R.cursor[int64_t(slot) * R.cursor_slot];
+    if (w <= 0 || w >= L) return;  // nothing to fold (or a corrupt cursor: left alone)
+  }
   const int V = p.head_v_dim, h = hv / (p.v_heads / p.k_heads), ni = min(kRows, V - i0);
   const int tid = threadIdx.x, c = tid % K, r0 = (tid / K) * RPT;
   extern __shared__ __align__(16) float s_dyn[];
@@ -43,7 +50,7 @@ __global__ void __launch_bounds__(kThreads) gdn_materialize_kernel(const GdnRepl
   __shared__ float s_om[64], s_tot;
 
   const int64_t e0 = (int64_t(hv) * V + i0) * K + c;  // the thread's first element within a slot
-  const ST* S = static_cast<const ST*>(p.state) + int64_t(slot) * p.state_slot + e0;
+  ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + e0;
   float a[RPT];
   materialize_load<RPT>(a, S, K, r0, ni);
 
@@ -51,12 +58,13 @@ __global__ void __launch_bounds__(kThreads) gdn_materialize_kernel(const GdnRepl
   const int64_t k0 = int64_t(slot) * R.kr_slot + int64_t(h) * L * K;
   for (int e = tid; e < w * kRows; e += kThreads) {
     const int j = e / kRows, i = e % kRows;
-    s_f[e] = i < ni ? ld_any(R.d_ring, d0 + int64_t(rw.pos(j)) * V + i, R.d_dtype) : 0.f;
+    s_f[e] = i < ni ? ld_any(R.d_ring, d0 + int64_t(DST ? rw.pos(j) : j) * V + i, R.d_dtype) : 0.f;
   }
-  for (int e = tid; e < w * K; e += kThreads) s_k[e] = ld_any(R.k_ring, k0 + int64_t(rw.pos(e / K)) * K + e % K, R.k_dtype);
+  for (int e = tid; e < w * K; e += kThreads)
+    s_k[e] = ld_any(R.k_ring, k0 + (DST ? int64_t(rw.pos(e / K)) * K + e % K : int64_t(e)), R.k_dtype);
   if (tid < 32) {  // warp 0: the <= 63 log-decays (two per lane), their prefix sums, om_j = exp(G - G_j)
     const float* gr = static_cast<const float*>(R.g_ring) + int64_t(slot) * R.gr_slot + int64_t(hv) * L;
-    const MaterializeScan g = materialize_scan(gr, w, tid, rw);
+    const MaterializeScan g = materialize_scan(gr, w, tid, DST ? rw : RingWalk{});
     if (tid < w) s_om[tid] = expf(g.total - g.c0);
     if (tid + 32 < w) s_om[tid + 32] = expf(g.total - g.c1);
     if (tid == 0) s_tot = expf(g.total);
@@ -66,7 +74,8 @@ __global__ void __launch_bounds__(kThreads) gdn_materialize_kernel(const GdnRepl
   __syncthreads();
 
   materialize_fold<RPT>(a, s_tot, s_f, s_k, w, K, c, r0);
-  materialize_store<RPT>(out, out_off + e0, a, K, r0, ni);
+  if constexpr (DST) materialize_store<RPT>(out, out_off + e0, a, K, r0, ni);
+  else materialize_store<RPT>(S, a, K, r0, ni);
 }
 
 }  // namespace
@@ -84,8 +93,9 @@ void gdn_materialize(const GdnReplayParams& p, const FoldDstParams& dst, Stream 
   };
   with_float_type(s.state_dtype, "cache.checkpoint", [&](auto st) {
     using ST = decltype(st);
-    if (s.head_k_dim == 128) launch(gdn_materialize_kernel<ST, 128>);
-    else launch(gdn_materialize_kernel<ST, 64>);  // the dispatch admits 64 and 128 only
+    const bool to_dst = dst.state != nullptr;
+    if (s.head_k_dim == 128) launch(to_dst ? gdn_materialize_kernel<ST, 128, true> : gdn_materialize_kernel<ST, 128, false>);
+    else launch(to_dst ? gdn_materialize_kernel<ST, 64, true> : gdn_materialize_kernel<ST, 64, false>);  // 64 and 128 only
   });
   check_launch("gdn::materialize");
 }

@@ -24,7 +24,10 @@ constexpr int kRows = kMaterializeRows;  // state rows (of P) per CTA: 4-5 CTAs 
 // A thread owns column j = tid % N of RPT consecutive rows r0 = (tid / N) RPT ..: per ring token one B load, its
 // RPT weights f_k[i] = s_k x_k[i] as vector loads (the same for the threads of a row group: broadcast) and RPT
 // FMAs; its state values are loaded before the CTA's first barrier (in flight while the ring rows are staged).
-template <class ST, class AT, int N>
+// DST = false: materialize (in place, linear ring), the code measured in the twelfth session; DST = true: export_state
+// (FoldDstParams: another pool and dtype, a linear or circular ring). Two instances because the general one made
+// materialize 9-18 % slower on the H100 (twenty-third session: the run-time store dtype and ring walk).
+template <class ST, class AT, int N, bool DST>
 __global__ void __launch_bounds__(kThreads) materialize_kernel(const Mamba2ReplayParams rp, const FoldDstParams dst) {
   constexpr int RG = kThreads / N, RPT = kRows / RG;  // N = 128: 2 row groups of 8 rows; N = 64: 4 of 4
   const Mamba2StepParams& p = rp.step;
@@ -36,10 +39,15 @@ __global__ void __launch_bounds__(kThreads) materialize_kernel(const Mamba2Repla
   int w;
   RingWalk rw;
   FoldOut out;
-  int64_t out_off;
-  if (!fold_row_setup(dst, R.cursor + int64_t(slot) * R.cursor_slot, row, slot, L, p.state, p.state_dtype, p.state_slot,
-                      w, rw, out, out_off))
-    return;
+  int64_t out_off = 0;
+  if constexpr (DST) {
+    if (!fold_row_setup(dst, R.cursor + int64_t(slot) * R.cursor_slot, row, slot, L, p.state, p.state_dtype,
+                        p.state_slot, w, rw, out, out_off))
+      return;
+  } else {
+    w = R.cursor[int64_t(slot) * R.cursor_slot];
+    if (w <= 0 || w >= L) return;  // nothing to fold (or a corrupt cursor: left alone)
+  }
   const int P = p.headdim, g = h / (p.heads / p.groups), ni = min(kRows, P - i0);
   const int tid = threadIdx.x, j = tid % N, r0 = (tid / N) * RPT;
   extern __shared__ __align__(16) float s_dyn[];
@@ -48,7 +56,7 @@ __global__ void __launch_bounds__(kThreads) materialize_kernel(const Mamba2Repla
   __shared__ float s_s[64], s_total;
 
   const int64_t e0 = (int64_t(h) * P + i0) * N + j;  // the thread's first element within a slot
-  const ST* S = static_cast<const ST*>(p.state) + int64_t(slot) * p.state_slot + e0;
+  ST* S = static_cast<ST*>(p.state) + int64_t(slot) * p.state_slot + e0;
   float a[RPT];
   materialize_load<RPT>(a, S, N, r0, ni);
 
@@ -56,13 +64,14 @@ __global__ void __launch_bounds__(kThreads) materialize_kernel(const Mamba2Repla
   const AT* Br = static_cast<const AT*>(R.B_ring) + int64_t(slot) * R.Br_slot + int64_t(g) * L * N;
   for (int e = tid; e < w * kRows; e += kThreads) {
     const int k = e / kRows, i = e % kRows;
-    s_f[e] = i < ni ? Traits<AT>::to_f(xr[int64_t(rw.pos(k)) * P + i]) : 0.f;
+    s_f[e] = i < ni ? Traits<AT>::to_f(xr[int64_t(DST ? rw.pos(k) : k) * P + i]) : 0.f;
   }
-  for (int e = tid; e < w * N; e += kThreads) s_B[e] = Traits<AT>::to_f(Br[int64_t(rw.pos(e / N)) * N + e % N]);
+  for (int e = tid; e < w * N; e += kThreads)
+    s_B[e] = Traits<AT>::to_f(Br[DST ? int64_t(rw.pos(e / N)) * N + e % N : int64_t(e)]);
   if (tid < 32) {  // warp 0: the <= 63 deltas (two per lane), their prefix sums, the decay weights
     const float* dtr = R.dt_ring + int64_t(slot) * R.dtr_slot + int64_t(h) * L;
     const float A = p.A[h];
-    const MaterializeScan d = materialize_scan(dtr, w, tid, rw);
+    const MaterializeScan d = materialize_scan(dtr, w, tid, DST ? rw : RingWalk{});
     if (tid < w) s_s[tid] = d.v0 * expf(fminf(A * (d.total - d.c0), 0.f));
     if (tid + 32 < w) s_s[tid + 32] = d.v1 * expf(fminf(A * (d.total - d.c1), 0.f));
     if (tid == 0) s_total = expf(fminf(A * d.total, 0.f));
@@ -72,7 +81,8 @@ __global__ void __launch_bounds__(kThreads) materialize_kernel(const Mamba2Repla
   __syncthreads();
 
   materialize_fold<RPT>(a, s_total, s_f, s_B, w, N, j, r0);
-  materialize_store<RPT>(out, out_off + e0, a, N, r0, ni);
+  if constexpr (DST) materialize_store<RPT>(out, out_off + e0, a, N, r0, ni);
+  else materialize_store<RPT>(S, a, N, r0, ni);
 }
 
 }  // namespace
@@ -89,7 +99,7 @@ void mamba2_materialize(const Mamba2ReplayParams& p, const FoldDstParams& dst, S
       using ST = decltype(st);
       with_float_type(s.act, "cache.x_ring", [&](auto at) {
         using AT = decltype(at);
-        auto kernel = materialize_kernel<ST, AT, N>;
+        auto kernel = dst.state ? materialize_kernel<ST, AT, N, true> : materialize_kernel<ST, AT, N, false>;
         allow_dynamic_smem(kernel, smem, "mamba2::materialize");
         kernel<<<dim3(unsigned(s.heads), unsigned(s.rows), unsigned((s.headdim + kRows - 1) / kRows)), kThreads, smem,
                  static_cast<cudaStream_t>(stream)>>>(p, dst);

@@ -68,6 +68,12 @@ __device__ __forceinline__ void materialize_load(float (&a)[RPT], const ST* S, i
 #pragma unroll
   for (int m = 0; m < RPT; ++m) a[m] = r0 + m < ni ? Traits<ST>::to_f(S[(r0 + m) * N]) : 0.f;
 }
+template <int RPT, class ST>
+__device__ __forceinline__ void materialize_store(ST* S, const float (&a)[RPT], int N, int r0, int ni) {
+#pragma unroll
+  for (int m = 0; m < RPT; ++m)
+    if (r0 + m < ni) S[(r0 + m) * N] = Traits<ST>::from_f(a[m]);
+}
 // The same values stored at element offset e0 (the thread's first row and column) of the destination.
 template <int RPT>
 __device__ __forceinline__ void materialize_store(const FoldOut& o, int64_t e0, const float (&a)[RPT], int N, int r0,

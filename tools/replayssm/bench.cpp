@@ -42,22 +42,23 @@ void print_and_save(const bench::Report& rep, const std::string& json_path) {
   std::printf("amort = per layer step, `lay` layers taking turns, each layer's cursors advanced after its step;\n"
               "model = the same layers sharing one cursor tensor advanced once per step (as an engine runs it);\n"
               "adv = one cursor advance alone;\n"
-              "mat = materialize (the small-batch route's switch, mamba2.hpp) with every row at fill level (L-1)/2\n");
-  std::printf("%-22s %5s %-8s %3s | %8s %5s %4s | %8s %5s %4s %5s | %8s %5s %4s %5s | %8s %5s %4s %5s %8s %5s | %8s %5s %3s %6s %7s\n",
+              "mat = materialize (the small-batch route's switch, mamba2.hpp) with every row at fill level (L-1)/2;\n"
+              "exp = export_state of the same rows into another pool (prefix caches, forks; mamba2.hpp)\n");
+  std::printf("%-22s %5s %-8s %3s | %8s %5s %4s | %8s %5s %4s %5s | %8s %5s %4s %5s | %8s %5s %4s %5s %8s %5s | %8s %5s %3s %6s %7s %7s\n",
               "geometry", "batch", "st/act", "L", "classic", "TB/s", "%cp", "append", "TB/s", "%cp", "x", "flush", "TB/s",
-              "%cp", "x", "amort", "TB/s", "%cp", "x", "bound", "%bnd", "model", "x", "lay", "adv", "mat");
+              "%cp", "x", "amort", "TB/s", "%cp", "x", "bound", "%bnd", "model", "x", "lay", "adv", "mat", "exp");
   for (const auto& r : rep.results) {
     std::ostringstream g;
     g << r.model.substr(0, 15) << (r.tp > 1 ? "/tp" + std::to_string(r.tp) : "");
     const double c = r.classic.us;
     std::printf("%-22s %5d %4s/%-4s %2d | %8.2f %5.2f %3.0f%% | %8.2f %5.2f %3.0f%% %5.2f | %8.2f %5.2f %3.0f%% %5.2f | "
-                "%8.2f %5.2f %3.0f%% %5.2f %8.2f %4.0f%% | %8.2f %5.2f %3d %6.2f %7.2f\n",
+                "%8.2f %5.2f %3.0f%% %5.2f %8.2f %4.0f%% | %8.2f %5.2f %3d %6.2f %7.2f %7.2f\n",
                 g.str().c_str(), r.batch, short_name(r.sd), short_name(r.ad), r.L, c, r.classic.tbps(),
                 100 * r.classic.tbps() / cp, r.append_avg.us, r.append_avg.tbps(), 100 * r.append_avg.tbps() / cp,
                 r.append_avg.us / c, r.flush.us, r.flush.tbps(), 100 * r.flush.tbps() / cp, r.flush.us / c,
                 r.amortised.us, r.amortised.tbps(), 100 * r.amortised.tbps() / cp, r.amortised.us / c, r.bound_us,
                 100 * r.bound_us / r.amortised.us, r.amortised_model.us, r.amortised_model.us / c, r.layers, r.advance.us,
-                r.materialize.us);
+                r.materialize.us, r.export_state.us);
   }
   if (json_path.empty()) return;
   nlohmann::json j;
@@ -82,6 +83,7 @@ void print_and_save(const bench::Report& rep, const std::string& json_path) {
                         {"cursor_advance", timing_json(r.advance, cp, c)}};
     if (r.amortised_state.us > 0) e["amortised_state_route"] = timing_json(r.amortised_state, cp, c);
     if (r.materialize.us > 0) e["materialize_mid"] = timing_json(r.materialize, cp, c);
+    if (r.export_state.us > 0) e["export_state_mid"] = timing_json(r.export_state, cp, c);
     j["results"].push_back(e);
   }
   std::ofstream f(json_path);

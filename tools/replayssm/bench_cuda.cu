@@ -289,6 +289,24 @@ Result run_case(const std::string& model, const Mamba2Geometry& geo, int tp, int
       cuda::mamba2_materialize(rp, FoldDstParams{}, st);
     });
     res.materialize.bytes = double(batch) * (2.0 * H * P * N * sb + wm * (H * P * ab + H * 4.0 + G * N * ab) + 4);
+    // export_state: the same fold into one pool of `batch` slots (row i -> slot i), the cache only read
+    DevBuf pool(size_t(batch) * H * P * N * size_t(sb)), idx(size_t(batch) * 4);
+    std::vector<int32_t> iota(static_cast<size_t>(batch));
+    for (int i = 0; i < batch; ++i) iota[size_t(i)] = i;
+    ck(cudaMemcpy(idx.p, iota.data(), iota.size() * 4, cudaMemcpyHostToDevice), "H2D");
+    FoldDstParams dst;
+    dst.state = pool.p;
+    dst.dtype = sets[0].step.state_dtype;
+    dst.slot_stride = int64_t(H) * P * N;
+    dst.slots = batch;
+    dst.idx = static_cast<const int32_t*>(idx.p);
+    res.export_state.us = time_graph(st, per, o.replays, [&](int i) {
+      Mamba2ReplayParams rp;
+      rp.step = sets[i % nsets].step;
+      rp.ring = sets[i % nsets].ring;
+      cuda::mamba2_materialize(rp, dst, st);
+    });
+    res.export_state.bytes = res.materialize.bytes;
   }
   amortised_model(res.amortised_model);
   amortised(true, res.amortised);

@@ -38,6 +38,7 @@ struct Result {
   // model step (cursor.hpp); advance: one cursor_advance launch alone.
   Timing amortised_model, advance;
   Timing materialize;  // the small-batch route's switch (mamba2::materialize), every row at fill level (L-1)/2
+  Timing export_state;  // mamba2::export_state of every row (fill level (L-1)/2) into another pool of the state dtype
   int layers = 1;
   double bound_us = 0;  // amortised bytes / copy bandwidth
 };
