@@ -47,9 +47,9 @@
 //   serve 16 rows, and the substitution has 2 lanes per row instead of 4. The per-item work is per row, so
 //   this matters most for 16-bit state (half the bytes per row): bf16 state 822 -> 679 us, fp32 656 -> 632 us
 //   (4B b512 T = 4); small grids keep 8-row warps (more warps in flight).
-// * Shape (verify_warps, verify_ipc): up to 8 warps (8 NT rows each; ~100 KB of shared memory at fp32 state, K = 128,
-//   history 16: 2 CTAs per SM), up to 16 items per CTA, both halved for small grids; one item per CTA when
-//   the one-item grid is resident at once (batch 1-2).
+// * Shape (verify_warps, verify_ipc): 8 warps (8 NT rows each; ~100 KB of shared memory at fp32 state, K = 128,
+//   history 16: 2 CTAs per SM) at every batch (twenty-third session; halved for small grids before), up to 16 items
+//   per CTA, halved for small grids; one item per CTA when the one-item grid is resident at once (batch 1-2).
 // Measured (H200, same-run A/B, docs/notes-gdn-cuda.md tenth session): Qwen3.5-4B b512 T = 4 876 -> 661 us
 // (40 -> 53 % of copy; 0.59x -> 0.44x the classic speculative kernel), 122B 1740 -> 1155 us (39 -> 59 %),
 // b8 24.5 -> 18.8 us, b1 13.0 -> 12.6 us; bf16 state b512 961 -> 823 us.
@@ -633,12 +633,16 @@ int verify_tiles(int rows, int v_heads, int V, size_t asz) {
   const long long items16 = (long long)rows * v_heads * (V / (2 * kRW));
   return asz == 2 && items16 >= (long long)sm_count() * kMinCtas * kMaxWarps ? 2 : 1;
 }
-// Warps per CTA (8 nt rows each): up to kMaxWarps (4 for fp32 state with 16-row warps: shared memory),
-// dividing V, halved while the grid (in items) has fewer than kMinCtas CTAs per SM (gdn_common.cuh's cta_warps;
-// REPLAYSSM_GDN_CUDA_WARPS=1|2|4 forces a shape).
+// Warps per CTA (8 nt rows each): kMaxWarps (4 for fp32 state with 16-row warps: shared memory), or fewer where that
+// many do not divide V; REPLAYSSM_GDN_CUDA_WARPS=1|2|4|8 forces a shape. Until the twenty-third session the count was
+// halved while the grid had fewer than kMinCtas CTAs per SM (gdn_common.cuh's cta_warps): 1-2 warps at batch 1-2 and 4
+// at Qwen3.5-4B b4 / 122B b2. Whole CTAs share the per-CTA prologue (window products, coefficients, staging) over more
+// rows and were faster there, verify steps back to back with pdl (H100, us, T = 4 / T = 6): 4B b1 9.86 / 13.01 ->
+// 7.57 / 7.91, b4 11.79 / 14.91 -> 9.93 / 12.16, 122B b1 8.72 / 10.66 -> 8.44 / 8.98, b2 11.71 / 12.76 -> 9.65 / 10.49;
+// 4 warps were a little faster still at 4B b2 T = 4 (7.81 vs 8.45) and 122B b1 T = 4 (7.89 vs 8.44).
 int verify_warps(int rows, int v_heads, int V, int nt, size_t ssz) {
   const int maxw = nt == 2 && ssz == 4 ? kMaxWarps / 2 : kMaxWarps;
-  return cta_warps(rows, v_heads, V, kRW * nt, maxw, kMinCtas, /*divides=*/true);
+  return cta_warps(rows, v_heads, V, kRW * nt, maxw, /*min_ctas=*/0, /*divides=*/true);
 }
 
 // Items (v-head slices of one k-head) per CTA. One item each when the grid of one-item CTAs is resident at once
