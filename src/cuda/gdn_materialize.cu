@@ -34,14 +34,9 @@ __global__ void __launch_bounds__(kThreads) gdn_materialize_kernel(const GdnRepl
   RingWalk rw;
   FoldOut out;
   int64_t out_off = 0;
-  if constexpr (DST) {
-    if (!fold_row_setup(dst, R.cursor + int64_t(slot) * R.cursor_slot, row, slot, L, p.state, p.state_dtype,
-                        p.state_slot, w, rw, out, out_off))
-      return;
-  } else {
-    w = R.cursor[int64_t(slot) * R.cursor_slot];
-    if (w <= 0 || w >= L) return;  // nothing to fold (or a corrupt cursor: left alone)
-  }
+  if (!materialize_row<DST>(dst, R.cursor + int64_t(slot) * R.cursor_slot, row, slot, L, p.state, p.state_dtype,
+                            p.state_slot, w, rw, out, out_off))
+    return;
   const int V = p.head_v_dim, h = hv / (p.v_heads / p.k_heads), ni = min(kRows, V - i0);
   const int tid = threadIdx.x, c = tid % K, r0 = (tid / K) * RPT;
   extern __shared__ __align__(16) float s_dyn[];

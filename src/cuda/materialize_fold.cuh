@@ -47,6 +47,20 @@ __device__ __forceinline__ bool fold_row_setup(const FoldDstParams& dst, const i
   return true;
 }
 
+// The kernels' row setup: DST = false (materialize: in place, linear ring) reads w and folds only 0 < w < R (else nothing
+// to do, or a corrupt cursor: left alone); DST = true (export_state) is fold_row_setup.
+template <bool DST>
+__device__ __forceinline__ bool materialize_row(const FoldDstParams& dst, const int32_t* cursor, int row, int slot, int R,
+                                                void* state, DType state_dtype, int64_t state_slot, int& w, RingWalk& rw,
+                                                FoldOut& out, int64_t& out_slot_off) {
+  if constexpr (DST) {
+    return fold_row_setup(dst, cursor, row, slot, R, state, state_dtype, state_slot, w, rw, out, out_slot_off);
+  } else {
+    w = cursor[0];
+    return !(w <= 0 || w >= R);
+  }
+}
+
 // Warp 0's scan of the w <= 63 per-token values v[pos(0..w)) (deltas, log-decays), two per lane: v0 / c0 for token
 // `lane`, v1 / c1 for token lane + 32 (inclusive prefix sums; 0 past w), total = the sum of all w.
 struct MaterializeScan {
