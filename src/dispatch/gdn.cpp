@@ -116,20 +116,7 @@ Fold check_fold(const GdnGeometry& geo, const ReplayCache& cc, const TensorView&
   check_cuda_limits(c, geo, cc.checkpoint, ck_name.c_str());
   if (c.dev.type == DeviceType::cuda && L > 64)
     throw Error(pre + ".d_ring", "the CUDA materialize / export_state support ring lengths 1..64, got " + str(L));
-  if ((f.ids = read_slots(slot_idx, slots, stream))) {
-    const std::vector<int32_t> cur = *detail::read_int32(cc.cursor, stream);
-    const std::string name = pre + ".cursor";
-    for (int32_t sl : *f.ids) {
-      if (sl < 0) continue;
-      const std::string at = "cursor[" + str(sl) + "]";
-      if (!spec) {
-        detail::check_range(name.c_str(), cur[size_t(sl)], 0, L, (at + " (0 <= w < ring length)").c_str());
-      } else {
-        detail::check_range(name.c_str(), cur[size_t(sl) * 2], 0, L, (at + ".w (0 <= w < ring)").c_str());
-        detail::check_range(name.c_str(), cur[size_t(sl) * 2 + 1], 0, L, (at + ".origin (0 <= origin < ring)").c_str());
-      }
-    }
-  }
+  f.ids = check_replay_values(slot_idx, cc.cursor, slots, L, stream, spec, pre);
   GdnStepParams& st = f.p.step;
   st.rows = st.tokens = int(c.rows);
   st.k_heads = int(geo.k_heads); st.v_heads = int(geo.v_heads);

@@ -208,12 +208,24 @@ GdnStepParams make_step(const GdnGeometry& geo, const TokenInputs& in, const Wei
 
 // Host values (where readable): live slot ids < slots and unique, their standard cursors in [0, L).
 // (replay_decode and materialize)
-void check_replay_values(const TensorView& slot_idx, const TensorView& cursor, int64_t slots, int L, Stream stream) {
-  if (const auto sl = read_slots(slot_idx, slots, stream)) {
-    const std::vector<int32_t> cur = *detail::read_int32(cursor, stream);
-    for (int32_t s : *sl)
-      if (s >= 0) detail::check_range("cache.cursor", cur[size_t(s)], 0, L, ("cursor[" + str(s) + "] (0 <= w < ring length)").c_str());
+std::optional<std::vector<int32_t>> check_replay_values(const TensorView& slot_idx, const TensorView& cursor,
+                                                        int64_t slots, int L, Stream stream, bool spec,
+                                                        const std::string& pre) {
+  auto sl = read_slots(slot_idx, slots, stream);
+  if (!sl) return sl;
+  const std::vector<int32_t> cur = *detail::read_int32(cursor, stream);
+  const std::string name = pre + ".cursor";
+  for (int32_t s : *sl) {
+    if (s < 0) continue;
+    const std::string at = "cursor[" + str(s) + "]";
+    if (!spec) {
+      detail::check_range(name.c_str(), cur[size_t(s)], 0, L, (at + " (0 <= w < ring length)").c_str());
+    } else {
+      detail::check_range(name.c_str(), cur[size_t(s) * 2], 0, L, (at + ".w (0 <= w < ring)").c_str());
+      detail::check_range(name.c_str(), cur[size_t(s) * 2 + 1], 0, L, (at + ".origin (0 <= origin < ring)").c_str());
+    }
   }
+  return sl;
 }
 
 GdnRingParams make_ring(const TensorView& d, const TensorView& k, const TensorView& g, const TensorView& cursor, int R) {

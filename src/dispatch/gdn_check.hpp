@@ -44,8 +44,11 @@ void check_cuda_ring_alignment(const Checked& c, const TensorView& d, const Tens
 // capturing stream. Live slots < slots and unique; returns the host copy.
 std::optional<std::vector<int32_t>> read_slots(const TensorView& slot_idx, int64_t slots, Stream stream);
 std::vector<int32_t> read_qsl(const TensorView& qsl, int64_t tokens, int window, Stream stream);
-// Live slot ids < slots and unique, their standard cursors in [0, L).
-void check_replay_values(const TensorView& slot_idx, const TensorView& cursor, int64_t slots, int L, Stream stream);
+// Live slot ids < slots and unique, their cursors in [0, L) (a speculative cache's w and origin both); returns the ids.
+// `pre`: the cache's name in messages.
+std::optional<std::vector<int32_t>> check_replay_values(const TensorView& slot_idx, const TensorView& cursor,
+                                                        int64_t slots, int L, Stream stream, bool spec = false,
+                                                        const std::string& pre = "cache");
 
 GdnStepParams make_step(const GdnGeometry& geo, const TokenInputs& in, const Weights& w, const TensorView& state,
                         const TensorView& slot_idx, const TensorView& out, const Checked& c);
