@@ -10,13 +10,14 @@
 //   S = alpha * S + d k^T ;  o = S q
 // ReplaySSM caches (d, normalised k, g) per token: with d known the recurrence is linear, so
 //   S_w = exp(G) S0 + sum_j exp(G - G_j) d_j k_j^T   (G_j prefix sums of g).
-// Per-channel decay gates (the Kimi Delta Attention form; every op, CPU backend only for now):
+// Per-channel decay gates (the Kimi Delta Attention form; every op, both backends):
 // a is [tokens, HV, K], dt_bias [HV] or [HV, K], g and alpha are K-vectors acting on the key columns,
 //   S' = S diag(alpha),  d = beta (v - S' k),  S = S' + d k^T,  o = S q;
 // the ring keeps K log-decays per token (g_ring [slots, HV, L, K]) and
 //   S_w = S0 diag(exp(G)) + sum_j d_j (k_j o exp(G - G_j))^T   (o: elementwise, per channel).
-// The speculative ops solve the window with per-channel decays in the same way. The CUDA kernels take
-// per-head gates only (a per-channel in.a on a CUDA device is rejected naming in.a).
+// The speculative ops solve the window with per-channel decays in the same way. On CUDA, per-channel gates run one
+// exact kernel family (src/cuda/gdn_per_channel.cu: the history folded per state row, then the classic step), not
+// the per-head kernels' tuned routes; pdl flags are accepted and do not overlap there.
 #pragma once
 #include "replayssm/cursor.hpp"
 #include "replayssm/geometry.hpp"
@@ -98,7 +99,7 @@ struct SpecCache {
   TensorView checkpoint;  // [slots, HV, V, K]
   TensorView d_ring;      // [slots, HV, R, V], R = spec.ring_len()
   TensorView k_ring;      // [slots, H, R, K]
-  TensorView g_ring;      // [slots, HV, R] float32
+  TensorView g_ring;      // [slots, HV, R] float32 ([slots, HV, R, K] with per-channel gates)
   TensorView cursor;      // [slots, 2] int32 (w, origin)
 };
 

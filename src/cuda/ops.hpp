@@ -24,5 +24,11 @@ void gdn_replay_decode(const GdnReplayParams& p, Stream stream);    // gdn_repla
 void gdn_materialize(const GdnReplayParams& p, const FoldDstParams& dst, Stream stream);      // gdn_materialize.cu
 void gdn_spec_verify(const GdnVerifyParams& p, Stream stream);      // gdn_spec_verify.cu
 void gdn_classic_spec(const GdnClassicSpecParams& p, Stream stream);  // gdn_classic_spec.cu
+// The same five ops with per-channel decay gates (p.step.gate_per_channel), one exact kernel family: gdn_per_channel.cu
+void gdn_pc_decode(const GdnStepParams& p, Stream stream);
+void gdn_pc_replay_decode(const GdnReplayParams& p, Stream stream);
+void gdn_pc_materialize(const GdnReplayParams& p, const FoldDstParams& dst, Stream stream);
+void gdn_pc_spec_verify(const GdnVerifyParams& p, Stream stream);
+void gdn_pc_classic_spec(const GdnClassicSpecParams& p, Stream stream);
 
 }  // namespace replayssm::cuda

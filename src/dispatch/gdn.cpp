@@ -49,7 +49,7 @@ void decode(const DecodeArgs& a, Stream stream) {
   p.pdl = a.pdl;
   if (on_cuda(c, "decode")) {
 #if defined(REPLAYSSM_WITH_CUDA)
-    cuda::gdn_decode(p, stream);
+    if (p.gate_per_channel) cuda::gdn_pc_decode(p, stream); else cuda::gdn_decode(p, stream);
 #endif
     return;
   }
@@ -73,7 +73,7 @@ void replay_decode(const ReplayDecodeArgs& a, Stream stream) {
   p.step.pdl = a.pdl;
   if (on_cuda(c, "replay_decode")) {
 #if defined(REPLAYSSM_WITH_CUDA)
-    cuda::gdn_replay_decode(p, stream);
+    if (p.step.gate_per_channel) cuda::gdn_pc_replay_decode(p, stream); else cuda::gdn_replay_decode(p, stream);
 #endif
     return;
   }
@@ -137,7 +137,7 @@ void run_fold(const Fold& f, const FoldDstParams& dst, Stream stream, const char
   if (f.c.rows == 0) return;
   if (on_cuda(f.c, op)) {
 #if defined(REPLAYSSM_WITH_CUDA)
-    cuda::gdn_materialize(f.p, dst, stream);
+    if (f.p.step.gate_per_channel) cuda::gdn_pc_materialize(f.p, dst, stream); else cuda::gdn_materialize(f.p, dst, stream);
 #endif
     return;
   }
@@ -198,7 +198,7 @@ void spec_verify(const VerifyArgs& a, Stream stream) {
   p.step.pdl = a.pdl;
   if (on_cuda(c, "spec_verify")) {
 #if defined(REPLAYSSM_WITH_CUDA)
-    cuda::gdn_spec_verify(p, stream);
+    if (p.step.gate_per_channel) cuda::gdn_pc_spec_verify(p, stream); else cuda::gdn_spec_verify(p, stream);
 #endif
     return;
   }
@@ -261,7 +261,7 @@ void classic_spec_decode(const ClassicSpecArgs& a, Stream stream) {
   p.window = a.window;
   if (on_cuda(c, "classic_spec_decode")) {
 #if defined(REPLAYSSM_WITH_CUDA)
-    cuda::gdn_classic_spec(p, stream);
+    if (p.step.gate_per_channel) cuda::gdn_pc_classic_spec(p, stream); else cuda::gdn_classic_spec(p, stream);
 #endif
     return;
   }

@@ -127,9 +127,6 @@ void check_cuda_limits(const Checked& c, const GdnGeometry& geo, const TensorVie
   throw Error("device", std::string(state_name) + ": this build has no CUDA kernels; tensors are on " + to_string(c.dev));
 #endif
   if (c.act == DType::f64) throw Error("in.q", "float64 activations are CPU-only; the CUDA kernels take float32, bfloat16, float16");
-  if (c.gate_ch)
-    throw Error("in.a", "per-channel decay gates ([tokens, v_heads, head_k_dim]) are CPU-only for now; the CUDA kernels "
-                        "take [tokens, v_heads]");
   for (int64_t d : {int64_t(geo.head_k_dim), int64_t(geo.head_v_dim)})
     if (d != 64 && d != 128)
       throw Error("geo", "the CUDA kernels support head_k_dim and head_v_dim in {64, 128}, got head_k_dim " +

@@ -23,19 +23,39 @@ void compare_caches_with_cpu(const DevCaches& gpu, const ReplayCaches& cpu, Stat
   st.cursors_eq = gpu.cur->h.bytes() == cpu.cursor.bytes();
 }
 
+// Random token inputs of `rows` tokens, with per-channel gates when the stream has them.
+Tokens stream_tokens(const Cfg& c, int64_t rows, std::mt19937_64& rng) {
+  Tokens t = make_tokens(c.geo, c.ad, rows, rng);
+  if (c.per_channel) make_per_channel(t, rng);
+  return t;
+}
+Weights stream_weights(const Cfg& c, std::mt19937_64& rng) {
+  Weights w = make_weights(c.geo, rng);
+  if (c.per_channel) make_per_channel(w, c.geo, rng);
+  return w;
+}
+ReplayCaches stream_caches(const Cfg& c, int R, int cursor_cols, std::mt19937_64& rng) {
+  ReplayCaches k = make_caches(c.geo, c.sd, c.rd, c.slots, R, cursor_cols, rng);
+  if (c.per_channel) make_per_channel(k, c.geo);
+  return k;
+}
+
 }  // namespace
 
 Stats replay_stream(const Cfg& c, const Hook& before_step) {
   std::mt19937_64 rng(c.seed);
-  DevWeights w(make_weights(c.geo, rng));
-  ReplayCaches cpu = make_caches(c.geo, c.sd, c.rd, c.slots, c.L, 1, rng);
+  DevWeights w(stream_weights(c, rng));
+  ReplayCaches cpu = stream_caches(c, c.L, 1, rng);
   if (c.stagger)
     for (int s = 0; s < int(c.slots); ++s) {
       const int w0 = s % c.L;
       cpu.cursor.set_flat(s, w0);
       for (int j = 0; j < w0; ++j) {
         for (int hv = 0; hv < c.geo.v_heads; ++hv) {
-          cpu.g_ring.set({s, hv, j}, 0.0);
+          if (c.per_channel)
+            for (int x = 0; x < c.geo.head_k_dim; ++x) cpu.g_ring.set({s, hv, j, x}, 0.0);
+          else
+            cpu.g_ring.set({s, hv, j}, 0.0);
           for (int v = 0; v < c.geo.head_v_dim; ++v) cpu.d_ring.set({s, hv, j, v}, 0.0);
         }
         for (int h = 0; h < c.geo.k_heads; ++h)
@@ -50,13 +70,13 @@ Stats replay_stream(const Cfg& c, const Hook& before_step) {
   const int64_t rows = int64_t(c.ids.size());
   Stats st;
   // Device token / out buffers are allocated once (same shapes every step) and refilled.
-  DevTokens tok(make_tokens(c.geo, c.ad, rows, rng));
+  DevTokens tok(stream_tokens(c, rows, rng));
   Mir out_gpu(make_out(c.geo, c.ad, rows));
   PdlStream pdl_stream(c.pdl);
   for (int step = 0; step < c.steps; ++step) {
     if (before_step) before_step(step, gpu);
     if (step > 0) {
-      tok.t = make_tokens(c.geo, c.ad, rows, rng);
+      tok.t = stream_tokens(c, rows, rng);
       tok.qkv.assign(tok.t.qkv);
       tok.a.assign(tok.t.a);
       tok.b.assign(tok.t.b);
@@ -114,8 +134,8 @@ Stats replay_stream(const Cfg& c, const Hook& before_step) {
 Stats spec_stream(const Cfg& c) {
   std::mt19937_64 rng(c.seed);
   const int rows = int(c.ids.size()), T = c.spec.window;
-  DevWeights w(make_weights(c.geo, rng));
-  ReplayCaches cpu = make_caches(c.geo, c.sd, c.rd, c.slots, c.spec.ring_len(), 2, rng);
+  DevWeights w(stream_weights(c, rng));
+  ReplayCaches cpu = stream_caches(c, c.spec.ring_len(), 2, rng);
   DevCaches gpu(cpu);
   HostTensor truth = to_f64_pool(cpu.checkpoint);
   HostTensor sidx = i32(c.ids);
@@ -130,7 +150,7 @@ Stats spec_stream(const Cfg& c) {
       qsl[size_t(r) + 1] = qsl[size_t(r)] + n;
     }
     const int64_t tokens = qsl.back();
-    DevTokens tok(make_tokens(c.geo, c.ad, std::max<int64_t>(tokens, 1), rng));
+    DevTokens tok(stream_tokens(c, std::max<int64_t>(tokens, 1), rng));
     const G::TokenInputs hin = slice(tok.t.view(), 0, tokens), din = slice(tok.view(), 0, tokens);
     HostTensor out_cpu = make_out(c.geo, c.ad, tokens);
     Mir out_gpu(make_out(c.geo, c.ad, std::max<int64_t>(tokens, 1)));

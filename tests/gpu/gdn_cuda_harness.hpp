@@ -143,6 +143,8 @@ struct Cfg {
   // producer (late_writer.hpp) that writes the step's tokens (and window bounds), the cursors and the rings only after
   // the op has started.
   bool pdl = false;
+  // Per-channel decay gates (the Kimi Delta Attention form: a [tokens, HV, K], dt_bias [HV, K], g ring [.., K]).
+  bool per_channel = false;
 };
 
 struct Stats {

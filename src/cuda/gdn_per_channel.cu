@@ -1,0 +1,429 @@
+// Per-channel decay gates (the Kimi Delta Attention form of the gated delta rule: in.a [tokens, HV, K], one log-decay
+// per key channel) for every Gated DeltaNet op on the GPU: the classic step, the classic speculative path, ReplaySSM
+// standard decode, the speculative verify, materialize / export_state. Semantics: the CPU kernels' run_per_channel
+// (src/cpu/gdn_*.cpp), which the tests compare these against.
+//
+// One kernel template, the op a template parameter. A CTA is one (row, v-head) and kRows = 32 of its state rows
+// (4 warps x 8 rows); a lane owns E = K / 32 consecutive columns of each of its warp's rows.
+//   1. The op's source state rows are loaded first (raw, converted later), so the HBM reads overlap the prologue.
+//   2. Tokens: warp j % 4 prepares window token j (q, k L2-normalised, q scaled; g_c = -exp(A_log) softplus(a_c +
+//      bias_c), alpha_c = exp(g_c); beta) into shared memory.
+//   3. History (replay, verify, fold): thread c < K scans channel c's log-decays over the w committed ring tokens,
+//      tot_c = exp(G_c), and decays every history key to the end of the history, kh_j = k_j o exp(G - G_j); the CTA's
+//      rows of the d history are staged as fp32.
+//   4. Each warp folds its rows, s = S0 o tot + sum_j d_j[i] kh_j (the state after the history, fp32 in registers; it
+//      is stored only where the op stores a state), then runs the window's tokens through the per-channel step
+//      s o= alpha; d = beta (v - s.k); s += d k; o = s.q, which is exact within a window: no triangular solve needed.
+// Why one fold-then-step kernel rather than the per-head kernels' output-only route and tensor-core folds: with a
+// decay per channel the history's coefficients are K-wide weighted products, the tuned kernels would need a second
+// set of instances, and Kimi-style layers are a small share of today's serving. This path costs w K FMAs per state
+// row and step (at most 31 x 128) on top of the state's bytes; it is exact and shares no code with the per-head
+// kernels, which stay as they are. pdl flags are accepted and ignored (no overlap, same results).
+#include <algorithm>
+#include <string>
+
+#include "cuda/gdn_common.cuh"
+#include "cuda/launch_util.cuh"
+#include "cuda/materialize_fold.cuh"
+#include "cuda/ops.hpp"
+
+namespace replayssm::cuda {
+namespace {
+
+using gdn::cptr;
+using gdn::ld_any;
+using gdn::mptr;
+using gdn::st_any;
+
+constexpr int kWarps = 4, kRowsPerWarp = 8, kRows = kWarps * kRowsPerWarp;
+
+enum PcOp { kClassic, kClassicSpec, kReplay, kVerify, kFold };
+
+// Everything any of the five ops reads; the dispatch fills what its op uses.
+struct PcParams {
+  GdnStepParams step;
+  GdnRingParams ring;          // kReplay, kVerify, kFold
+  FoldDstParams dst;           // kFold (state == null: in place)
+  const int32_t* qsl = nullptr;  // kVerify, kClassicSpec: [rows + 1]
+  int history = 0;             // kVerify
+  int tokens_max = 1;          // window tokens a row may have (kVerify, kClassicSpec: the window; else 1 or 0)
+  int hist_max = 0;            // ring tokens a history may have (shared-memory rows)
+  const int32_t* state_indices = nullptr; int64_t si_row = 0, si_col = 1;  // kClassicSpec
+  const int32_t* num_accepted = nullptr; int64_t na_stride = 1;            // kClassicSpec
+};
+
+// E consecutive values of one dtype as a single 4-, 8- or 16-byte access.
+template <class T, int E>
+struct alignas(sizeof(T) * E) ColPack {
+  T x[E];
+};
+template <class T, int E>
+__device__ __forceinline__ void unpack_cols(const ColPack<T, E>& u, float (&v)[E]) {
+#pragma unroll
+  for (int e = 0; e < E; ++e) v[e] = Traits<T>::to_f(u.x[e]);
+}
+template <class T, int E>
+__device__ __forceinline__ void store_cols(T* p, const float (&v)[E]) {
+  ColPack<T, E> u;
+#pragma unroll
+  for (int e = 0; e < E; ++e) u.x[e] = Traits<T>::from_f(v[e]);
+  *reinterpret_cast<ColPack<T, E>*>(p) = u;
+}
+template <int E>
+__device__ __forceinline__ void store_cols_any(void* base, DType t, int64_t off, const float (&v)[E]) {
+  switch (t) {
+    case DType::bf16: store_cols(static_cast<__nv_bfloat16*>(base) + off, v); return;
+    case DType::f16: store_cols(static_cast<__half*>(base) + off, v); return;
+    default: store_cols(static_cast<float*>(base) + off, v); return;  // the dispatch admits f32 / bf16 / f16
+  }
+}
+template <int E>
+__device__ __forceinline__ void lds_cols(const float* p, float (&v)[E]) {
+  if constexpr (E == 4) {
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+  } else {
+    const float2 f = *reinterpret_cast<const float2*>(p);
+    v[0] = f.x; v[1] = f.y;
+  }
+}
+// s rounded to the state dtype, as if stored and re-read (the CPU kernels' round_row).
+template <class ST, int E>
+__device__ __forceinline__ void round_to(float (&v)[E]) {
+#pragma unroll
+  for (int e = 0; e < E; ++e) v[e] = Traits<ST>::to_f(Traits<ST>::from_f(v[e]));
+}
+__device__ __forceinline__ float warp_allsum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// The CTA's shared memory (fp32), sized by the host with the same formula (pc_smem_floats).
+struct PcSmem {
+  float *q, *k, *al, *g, *beta, *kh, *dh, *tot;
+  __device__ PcSmem(float* base, int nt, int hm, int K) {
+    q = base; k = q + nt * K; al = k + nt * K; g = al + nt * K;
+    kh = g + nt * K; dh = kh + hm * K; tot = dh + hm * kRows; beta = tot + K;
+  }
+};
+size_t pc_smem_floats(int nt, int hm, int K) { return size_t(4 * nt + hm + 1) * K + size_t(hm) * kRows + nt + 4; }
+
+// Warp `warp` prepares window tokens warp, warp + 4, ... (token t0 + j): the CPU's prep_token with per-channel gates.
+template <int K>
+__device__ __forceinline__ void prep_tokens(const GdnStepParams& p, int64_t t0, int n, int h, int hv, int warp, int lane,
+                                            const PcSmem& s) {
+  constexpr int E = K / 32;
+  const float A = expf(ld_any(p.A_log, int64_t(hv) * p.A_log_stride, p.w_dtype));
+  for (int j = warp; j < n; j += kWarps) {
+    const int64_t tok = t0 + j;
+    float q[E], k[E], a[E], sq = 0.f, sk = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const int c = lane + 32 * e;
+      q[e] = ld_any(p.q, tok * p.q_tok + int64_t(h) * p.q_head + c, p.act);
+      k[e] = ld_any(p.k, tok * p.k_tok + int64_t(h) * p.k_head + c, p.act);
+      a[e] = ld_any(p.a, tok * p.a_tok + int64_t(hv) * p.a_head + int64_t(c) * p.a_chan, p.a_dtype) +
+             ld_any(p.dt_bias, int64_t(hv) * p.dt_bias_stride + int64_t(c) * p.dt_bias_chan, p.w_dtype);
+    }
+    const float b = ld_any(p.b, tok * p.b_tok + int64_t(hv) * p.b_head, p.b_dtype);
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      sq = fmaf(q[e], q[e], sq);
+      sk = fmaf(k[e], k[e], sk);
+    }
+    float rq = 1.f, rk = 1.f;
+    if (p.qk_l2norm) {
+      rq = 1.f / sqrtf(warp_allsum(sq) + 1e-6f);
+      rk = 1.f / sqrtf(warp_allsum(sk) + 1e-6f);
+    }
+    const float sc = rq * float(p.scale);
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const int c = j * K + lane + 32 * e;
+      const float g = -A * softplus20(a[e]);
+      s.q[c] = q[e] * sc;
+      s.k[c] = k[e] * rk;
+      s.g[c] = g;
+      s.al[c] = expf(g);
+    }
+    if (lane == 0) s.beta[j] = 1.f / (1.f + expf(-b));
+  }
+}
+
+// The history of w committed ring tokens at rw.pos(0..w): per-channel prefix sums, tot, decayed keys, the CTA's d rows.
+template <int K>
+__device__ __forceinline__ void prep_history(const GdnRingParams& R, int slot, int h, int hv, int i0, int V, int w,
+                                             RingWalk rw, const PcSmem& s) {
+  const int RL = R.ring;
+  const int c = threadIdx.x;  // blockDim = 128 >= K
+  if (c < K) {
+    const void* gr = cptr(R.g_ring, R.g_dtype, int64_t(slot) * R.gr_slot + (int64_t(hv) * RL) * K);
+    const void* kr = cptr(R.k_ring, R.k_dtype, int64_t(slot) * R.kr_slot + (int64_t(h) * RL) * K);
+    float G = 0.f;
+    for (int j = 0; j < w; ++j) {
+      G += ld_any(gr, int64_t(rw.pos(j)) * K + c, R.g_dtype);
+      s.kh[j * K + c] = G;
+    }
+    s.tot[c] = w > 0 ? expf(G) : 1.f;
+    for (int j = 0; j < w; ++j) s.kh[j * K + c] = ld_any(kr, int64_t(rw.pos(j)) * K + c, R.k_dtype) * expf(G - s.kh[j * K + c]);
+  }
+  const void* dr = cptr(R.d_ring, R.d_dtype, int64_t(slot) * R.dr_slot + (int64_t(hv) * RL) * V);
+  for (int idx = threadIdx.x; idx < w * kRows; idx += blockDim.x) {
+    const int j = idx / kRows, r = idx % kRows;
+    s.dh[idx] = ld_any(dr, int64_t(rw.pos(j)) * V + i0 + r, R.d_dtype);
+  }
+}
+
+template <class ST, int K, int OP>
+__global__ void __launch_bounds__(32 * kWarps) gdn_pc_kernel(const PcParams P) {
+  constexpr int E = K / 32;
+  constexpr bool kHist = OP == kReplay || OP == kVerify || OP == kFold;
+  const GdnStepParams& p = P.step;
+  const GdnRingParams& R = P.ring;
+  const int row = blockIdx.z, hv = blockIdx.y, i0 = blockIdx.x * kRows;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int V = p.head_v_dim, h = hv / (p.v_heads / p.k_heads), r0 = i0 + warp * kRowsPerWarp;
+  const int64_t VK = int64_t(V) * K;
+  extern __shared__ __align__(16) float s_dyn[];
+  const PcSmem sm(s_dyn, P.tokens_max, P.hist_max, K);
+
+  // The row: its source state slot, window tokens [t0, t0 + n), history w (CTA-uniform checks: nothing is written for
+  // a padding row, an empty window or a corrupt cursor).
+  int slot = -1, src = -1, w = 0, n = 1;
+  int64_t t0 = row;
+  RingWalk rw;
+  FoldOut fo{nullptr, p.state_dtype};
+  int64_t fo_off = 0;
+  bool flush = false;
+  const int32_t* si = nullptr;
+  if constexpr (OP == kClassicSpec) {
+    si = P.state_indices + int64_t(row) * P.si_row;
+    if (si[0] < 0) return;
+    const int na = P.num_accepted[int64_t(row) * P.na_stride];
+    t0 = P.qsl[row];
+    n = P.qsl[row + 1] - int(t0);
+    if (n <= 0 || n > P.tokens_max || na < 1 || na > P.tokens_max) return;
+    src = si[int64_t(na - 1) * P.si_col];
+    if (src < 0 || src >= p.slots) return;
+  } else {
+    slot = p.slot_idx[int64_t(row) * p.slot_idx_stride];
+    if (slot < 0 || slot >= p.slots) return;
+    src = slot;
+    const int32_t* cur = R.cursor + int64_t(slot) * R.cursor_slot;
+    if constexpr (OP == kReplay) {
+      w = cur[0];
+      if (w < 0 || w >= R.ring) return;
+      flush = w == R.ring - 1;
+    } else if constexpr (OP == kVerify) {
+      w = cur[0];
+      rw = RingWalk{cur[1], R.ring - 1};
+      t0 = P.qsl[row];
+      n = P.qsl[row + 1] - int(t0);
+      if (n <= 0 || n > P.tokens_max || w < 0 || w + n > R.ring || rw.origin < 0 || rw.origin >= R.ring) return;
+      flush = w + P.tokens_max > P.history;  // strict early flush: the CPU's w + 2T > history + T
+    } else if constexpr (OP == kFold) {
+      n = 0;
+      if (!fold_row_setup(P.dst, cur, row, slot, R.ring, p.state, p.state_dtype, p.state_slot, w, rw, fo, fo_off)) return;
+    }
+  }
+
+  // 1. the source rows, raw
+  ST* S = static_cast<ST*>(p.state) + int64_t(src) * p.state_slot + int64_t(hv) * VK;
+  ColPack<ST, E> raw[kRowsPerWarp];
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr)
+    raw[rr] = *reinterpret_cast<const ColPack<ST, E>*>(S + int64_t(r0 + rr) * K + lane * E);
+
+  // 2-3. tokens and history into shared memory
+  if constexpr (OP != kFold) prep_tokens<K>(p, t0, n, h, hv, warp, lane, sm);
+  if constexpr (kHist) prep_history<K>(R, slot, h, hv, i0, V, w, rw, sm);
+  __syncthreads();
+
+  // 4. fold
+  float s[kRowsPerWarp][E];
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) unpack_cols(raw[rr], s[rr]);
+  if constexpr (kHist) {
+    float tot[E];
+    lds_cols<E>(sm.tot + lane * E, tot);
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerWarp; ++rr)
+#pragma unroll
+      for (int e = 0; e < E; ++e) s[rr][e] *= tot[e];
+    for (int j = 0; j < w; ++j) {
+      float kv[E];
+      lds_cols<E>(sm.kh + j * K + lane * E, kv);
+      const float* f = sm.dh + j * kRows + warp * kRowsPerWarp;
+#pragma unroll
+      for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+        const float fr = f[rr];
+#pragma unroll
+        for (int e = 0; e < E; ++e) s[rr][e] = fmaf(fr, kv[e], s[rr][e]);
+      }
+    }
+  }
+  if constexpr (OP == kFold) {
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerWarp; ++rr)
+      store_cols_any<E>(fo.D, fo.dt, fo_off + int64_t(hv) * VK + int64_t(r0 + rr) * K + lane * E, s[rr]);
+    return;
+  } else {
+    if constexpr (OP == kVerify) {
+      if (flush && w > 0) {  // the folded history is the new checkpoint; the window runs from the stored value
+#pragma unroll
+        for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+          store_cols(S + int64_t(r0 + rr) * K + lane * E, s[rr]);
+          round_to<ST, E>(s[rr]);
+        }
+      }
+    }
+
+    // the window's tokens through the per-channel step; lane rr < 8 keeps row r0 + rr's output and d
+    void* dr = nullptr;
+    if constexpr (OP == kReplay || OP == kVerify)
+      dr = mptr(R.d_ring, R.d_dtype, int64_t(slot) * R.dr_slot + (int64_t(hv) * R.ring) * V);
+    for (int a = 0; a < n; ++a) {
+      const int64_t tok = t0 + a;
+      float al[E], kk[E], qq[E];
+      lds_cols<E>(sm.al + a * K + lane * E, al);
+      lds_cols<E>(sm.k + a * K + lane * E, kk);
+      lds_cols<E>(sm.q + a * K + lane * E, qq);
+      const float beta = sm.beta[a];
+      const float vl = lane < kRowsPerWarp ? ld_any(p.v, tok * p.v_tok + int64_t(hv) * p.v_head + r0 + lane, p.act) : 0.f;
+      float o_mine = 0.f, d_mine = 0.f;
+#pragma unroll
+      for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+        float dk = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          s[rr][e] *= al[e];
+          dk = fmaf(s[rr][e], kk[e], dk);
+        }
+        dk = warp_allsum(dk);
+        const float d = beta * (__shfl_sync(0xffffffffu, vl, rr) - dk);
+        float o = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          s[rr][e] = fmaf(d, kk[e], s[rr][e]);
+          o = fmaf(s[rr][e], qq[e], o);
+        }
+        o = warp_allsum(o);
+        if (lane == rr) {
+          o_mine = o;
+          d_mine = d;
+        }
+      }
+      if (lane < kRowsPerWarp) {
+        st_any(p.out, tok * p.out_tok + int64_t(hv) * p.out_head + r0 + lane, p.out_dtype, o_mine);
+        if constexpr (OP == kReplay) {
+          if (!flush) st_any(dr, int64_t(w) * V + r0 + lane, R.d_dtype, d_mine);
+        } else if constexpr (OP == kVerify) {
+          st_any(dr, int64_t(rw.pos(w + a)) * V + r0 + lane, R.d_dtype, d_mine);
+        }
+      }
+      if constexpr (OP == kClassicSpec) {  // the carried state rounded as if re-read; written where the row asks
+        const int dst = si[int64_t(a) * P.si_col];
+#pragma unroll
+        for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+          round_to<ST, E>(s[rr]);
+          if (dst >= 0 && dst < p.slots)
+            store_cols(static_cast<ST*>(p.state) + int64_t(dst) * p.state_slot + int64_t(hv) * VK + int64_t(r0 + rr) * K +
+                           lane * E,
+                       s[rr]);
+        }
+      }
+    }
+    if (OP == kClassic || (OP == kReplay && flush)) {
+#pragma unroll
+      for (int rr = 0; rr < kRowsPerWarp; ++rr) store_cols(S + int64_t(r0 + rr) * K + lane * E, s[rr]);
+    }
+    // the window's g and k to the rings (one CTA per v-head; k by the group's first v-head)
+    if constexpr (OP == kReplay || OP == kVerify) {
+      if (blockIdx.x == 0 && !(OP == kReplay && flush) && int(threadIdx.x) < K) {
+        const int c = threadIdx.x;
+        void* gr = mptr(R.g_ring, R.g_dtype, int64_t(slot) * R.gr_slot + (int64_t(hv) * R.ring) * K);
+        void* kr = mptr(R.k_ring, R.k_dtype, int64_t(slot) * R.kr_slot + (int64_t(h) * R.ring) * K);
+        for (int a = 0; a < n; ++a) {
+          const int pos = OP == kReplay ? w : rw.pos(w + a);
+          st_any(gr, int64_t(pos) * K + c, R.g_dtype, sm.g[a * K + c]);
+          if (hv % (p.v_heads / p.k_heads) == 0) st_any(kr, int64_t(pos) * K + c, R.k_dtype, sm.k[a * K + c]);
+        }
+      }
+    }
+  }
+}
+
+template <int OP>
+void launch_pc(const PcParams& P, Stream stream, const char* what) {
+  const GdnStepParams& p = P.step;
+  if (p.rows <= 0) return;
+  if (p.rows > 65535) throw Error("slot_idx", "the CUDA kernels take at most 65535 rows per launch");
+  if (p.head_v_dim % kRows != 0)
+    throw Error("geo", "head_v_dim must be a multiple of " + std::to_string(kRows) + ", got " + std::to_string(p.head_v_dim));
+  auto st = static_cast<cudaStream_t>(stream);
+  with_float_type(p.state_dtype, "state", [&](auto sd) {
+    using ST = decltype(sd);
+    gdn::with_head_k(p.head_k_dim, [&](auto kc) {
+      constexpr int K = decltype(kc)::value;
+      auto* kernel = gdn_pc_kernel<ST, K, OP>;
+      const size_t smem = pc_smem_floats(P.tokens_max, P.hist_max, K) * sizeof(float);
+      allow_dynamic_smem(kernel, smem, what);
+      const dim3 grid(unsigned(p.head_v_dim / kRows), unsigned(p.v_heads), unsigned(p.rows));
+      kernel<<<grid, dim3(32 * kWarps), smem, st>>>(P);
+    });
+  });
+  check_launch(what);
+}
+
+}  // namespace
+
+void gdn_pc_decode(const GdnStepParams& p, Stream stream) {
+  PcParams P;
+  P.step = p;
+  launch_pc<kClassic>(P, stream, "gdn_decode (per-channel gates)");
+}
+
+void gdn_pc_classic_spec(const GdnClassicSpecParams& c, Stream stream) {
+  PcParams P;
+  P.step = c.step;
+  P.qsl = c.query_start_loc;
+  P.tokens_max = c.window;
+  P.state_indices = c.state_indices;
+  P.si_row = c.si_row;
+  P.si_col = c.si_col;
+  P.num_accepted = c.num_accepted;
+  P.na_stride = c.na_stride;
+  launch_pc<kClassicSpec>(P, stream, "gdn_classic_spec (per-channel gates)");
+}
+
+void gdn_pc_replay_decode(const GdnReplayParams& r, Stream stream) {
+  PcParams P;
+  P.step = r.step;
+  P.ring = r.ring;
+  P.hist_max = std::max(r.ring.ring - 1, 0);
+  launch_pc<kReplay>(P, stream, "gdn_replay_decode (per-channel gates)");
+}
+
+void gdn_pc_spec_verify(const GdnVerifyParams& v, Stream stream) {
+  PcParams P;
+  P.step = v.step;
+  P.ring = v.ring;
+  P.qsl = v.query_start_loc;
+  P.history = v.history;
+  P.tokens_max = v.window;
+  P.hist_max = std::max(v.ring.ring - 1, 0);
+  launch_pc<kVerify>(P, stream, "gdn_spec_verify (per-channel gates)");
+}
+
+void gdn_pc_materialize(const GdnReplayParams& r, const FoldDstParams& dst, Stream stream) {
+  PcParams P;
+  P.step = r.step;
+  P.ring = r.ring;
+  P.dst = dst;
+  P.tokens_max = 0;
+  P.hist_max = std::max(r.ring.ring - 1, 0);
+  launch_pc<kFold>(P, stream, dst.state ? "gdn export_state (per-channel gates)" : "gdn_materialize (per-channel gates)");
+}
+
+}  // namespace replayssm::cuda

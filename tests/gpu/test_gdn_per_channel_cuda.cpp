@@ -1,0 +1,285 @@
+// CUDA Gated DeltaNet with per-channel decay gates (the Kimi Delta Attention form; src/cuda/gdn_per_channel.cu): every op
+// against the CPU backend (same bytes) and the float64 truth: the classic step and classic speculative path, ReplaySSM
+// standard decode over every fill level and flush (staggered, ring lengths 1-32, a long decode), speculative verify +
+// commit with random acceptance, materialize / export_state; teeth (a corrupted per-channel log-decay must show).
+#include "gdn_cuda_harness.hpp"
+#include "support/gdn_materialize.hpp"
+
+namespace replayssm::test {
+namespace {
+
+using namespace gdn_cuda;
+
+double classic_tol(DType sd, DType ad) { return 2e-5 + 2 * unit_roundoff(ad) + (is_float16ish(sd) ? 4 * unit_roundoff(sd) : 0.0); }
+
+// Classic per-channel steps on GPU and CPU side by side (padding row, an unused slot), and the float64 reference.
+void expect_classic(const GdnGeometry& geo, DType sd, DType ad, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const std::vector<int32_t> ids = {3, -1, 0, 2};
+  Weights hw = make_weights(geo, rng);
+  make_per_channel(hw, geo, rng);
+  DevWeights w(hw);
+  HostTensor cpu = make_state(geo, sd, 4, rng);
+  HostTensor truth = to_f64_pool(cpu);
+  Mir gst(cpu);
+  HostTensor sidx = i32(ids);
+  DeviceTensor dsidx(sidx);
+  double eo = 0, es = 0, er = 0;
+  for (int step = 0; step < 6; ++step) {
+    Tokens ht = make_tokens(geo, ad, 4, rng);
+    make_per_channel(ht, rng);
+    DevTokens tok(ht);
+    HostTensor oc = make_out(geo, ad, 4), ref_out = make_out(geo, DType::f64, 4);
+    Mir og(make_out(geo, ad, 4));
+    G::decode({geo, tok.t.view(), w.w.view(), cpu.view(), sidx.view(), oc.view()});
+    G::decode({geo, tok.view(), w.view(), gst.d.view(), dsidx.view(), og.d.view()});
+    ref::decode_step(ref_args(geo, tok.t.view(), w.w, truth, sidx, ref_out));
+    for (int s : {0, 2, 3}) round_slot(truth, s, sd);
+    og.down();
+    eo = std::max(eo, max_err(rows_values(og.h, {0, 2, 3}), rows_values(oc, {0, 2, 3})));
+    er = std::max(er, max_err(rows_values(og.h, {0, 2, 3}), rows_values(ref_out, {0, 2, 3})));
+    EXPECT_TRUE(pad_untouched(og.h, ids));
+  }
+  gst.down();
+  for (int s : {0, 2, 3}) es = std::max(es, max_err(slot_values(gst.h, s), slot_values(cpu, s)));
+  EXPECT_EQ(slot_values(gst.h, 1) == slot_values(cpu, 1), true) << "unused slot touched";
+  const double tol = classic_tol(sd, ad);
+  std::printf("  [per-channel classic %s %s/%s] out vs cpu %.2e, vs f64 %.2e; state vs cpu %.2e (tol %.1e)\n",
+              geo.to_string().c_str(), dn(sd).c_str(), dn(ad).c_str(), eo, er, es, tol);
+  EXPECT_LE(eo, tol);
+  EXPECT_LE(er, 2 * tol);
+  EXPECT_LE(es, tol);
+}
+
+TEST(CudaGdnPerChannel, ClassicDecodeAllDtypePairs) {
+  NEED_GPU();
+  int idx = 0;
+  for (const GdnGeometry& geo : {GdnGeometry{2, 4, 128, 128}, GdnGeometry{2, 4, 64, 64}, GdnGeometry{2, 2, 128, 64},
+                                 gdn_presets().front().geo.shard(4)})
+    for (DType sd : kF)
+      for (DType ad : kF) {
+        SCOPED_TRACE(geo.to_string() + " " + dn(sd) + "/" + dn(ad));
+        expect_classic(geo, sd, ad, 1200 + uint64_t(idx++));
+      }
+}
+
+TEST(CudaGdnPerChannel, ClassicSpecPath) {
+  NEED_GPU();
+  const GdnGeometry geo{2, 4, 128, 64};
+  for (int T : {1, 4, 8})
+    for (DType sd : kF)
+      for (DType ad : {DType::f32, DType::bf16}) {
+        std::mt19937_64 rng(1300 + T * 10 + int(sd) * 3 + int(ad));
+        const int rows = 3, slots = rows * T + 2;
+        Weights hw = make_weights(geo, rng);
+        make_per_channel(hw, geo, rng);
+        DevWeights w(hw);
+        HostTensor cpu = make_state(geo, sd, slots, rng);
+        Mir gst(cpu);
+        std::vector<int32_t> si(size_t(rows * T)), na(rows), qsl(rows + 1, 0), perm(slots);
+        for (int i = 0; i < slots; ++i) perm[size_t(i)] = i;
+        std::shuffle(perm.begin(), perm.end(), rng);
+        for (int r = 0; r < rows; ++r) {
+          for (int t = 0; t < T; ++t) si[size_t(r * T + t)] = perm[size_t(r * T + t)];
+          na[size_t(r)] = 1 + int(rng() % unsigned(T));
+          qsl[size_t(r) + 1] = qsl[size_t(r)] + (r == 1 ? std::max(T - 1, 1) : T);
+        }
+        si[size_t(1 * T)] = -1;  // row 1: padding
+        if (T > 1) {
+          si[size_t(2 * T + 1)] = -1;  // row 2: a skipped destination ...
+          na[2] = 1;                   // ... starting from column 0
+        }
+        Mir si_t(i32_2d(si, rows, T)), na_t(i32(na)), qsl_t(i32(qsl));
+        const int64_t tokens = qsl.back();
+        Tokens ht = make_tokens(geo, ad, tokens, rng);
+        make_per_channel(ht, rng);
+        DevTokens tok(ht);
+        HostTensor oc = make_out(geo, ad, tokens);
+        Mir og(make_out(geo, ad, tokens));
+        G::classic_spec_decode({geo, T, tok.t.view(), w.w.view(), cpu.view(), si_t.h.view(), na_t.h.view(), qsl_t.h.view(), oc.view()});
+        G::classic_spec_decode({geo, T, tok.view(), w.view(), gst.d.view(), si_t.d.view(), na_t.d.view(), qsl_t.d.view(), og.d.view()});
+        og.down();
+        gst.down();
+        std::vector<int> live;
+        for (int t = 0; t < tokens; ++t)
+          if (t < qsl[1] || t >= qsl[2]) live.push_back(t);
+        const double eo = max_err(rows_values(og.h, live), rows_values(oc, live));
+        double es = 0;
+        for (int s = 0; s < slots; ++s) es = std::max(es, max_err(slot_values(gst.h, s), slot_values(cpu, s)));
+        for (int t = qsl[1]; t < qsl[2]; ++t)
+          for (double v : slot_values(og.h, t)) ASSERT_EQ(v, 7.0) << "padding row output written";
+        const double tol = classic_tol(sd, ad);
+        std::printf("  [per-channel classic spec T=%d %s/%s] out %.2e state %.2e\n", T, dn(sd).c_str(), dn(ad).c_str(), eo, es);
+        EXPECT_LE(eo, tol) << "T=" << T << " " << dn(sd) << "/" << dn(ad);
+        EXPECT_LE(es, tol) << "T=" << T << " " << dn(sd) << "/" << dn(ad);
+      }
+}
+
+Stats expect_replay(const Cfg& c, const char* what) {
+  const Stats s = replay_stream(c);
+  const double ot = out_tol(c.sd, c.ad, c.rd), stt = state_tol(c.sd, c.rd);
+  std::printf("  [per-channel replay %s %s/%s ring %s L=%d %s] out %.2e (cpu %.2e, tol %.1e; first %.2e last %.2e) "
+              "ckpt %.2e (cpu %.2e) rings %.2e flushes %d\n",
+              what, dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(), c.L, c.geo.to_string().c_str(), s.out_ref,
+              s.out_cpu, ot, s.first, s.last, s.ck_ref, s.ck_cpu, s.rings_cpu, s.flushes);
+  EXPECT_TRUE(s.pads_ok) << "padding row output written";
+  EXPECT_LE(s.out_ref, 2 * ot);
+  EXPECT_LE(s.ck_ref, 2 * stt);
+  if (c.with_cpu) {
+    EXPECT_LE(s.out_cpu, 2 * ot);
+    EXPECT_LE(s.ck_cpu, 2 * stt);
+    EXPECT_LE(s.rings_cpu, 2 * ot);
+    EXPECT_TRUE(s.cursors_eq);
+  }
+  return s;
+}
+
+TEST(CudaGdnPerChannel, ReplayAllDtypesRingLengthsStaggered) {
+  NEED_GPU();
+  for (DType sd : kF)
+    for (DType ad : kF)
+      for (DType rd : {DType::f32, ad}) {
+        if (rd == DType::f32 && ad == DType::f32 && sd != DType::f32) continue;
+        Cfg c;
+        c.per_channel = true; c.sd = sd; c.ad = ad; c.rd = rd; c.L = 8; c.steps = 19; c.geo = {2, 4, 128, 64};
+        c.stagger = true; c.seed = 1400 + int(sd) * 9 + int(ad) * 3 + int(rd);
+        SCOPED_TRACE(dn(sd) + "/" + dn(ad) + " ring " + dn(rd));
+        EXPECT_GT(expect_replay(c, "pairs").flushes, 0);
+      }
+  for (int L : {1, 2, 16, 32}) {
+    Cfg c;
+    c.per_channel = true; c.L = L; c.steps = L + 4; c.geo = {2, 4, 64, 128}; c.seed = 1450 + L;
+    SCOPED_TRACE("L=" + std::to_string(L));
+    EXPECT_GT(expect_replay(c, "L").flushes, 0);
+  }
+}
+
+TEST(CudaGdnPerChannel, ReplayProductionGeometryAndLongDecode) {
+  NEED_GPU();
+  for (const auto& pr : gdn_presets()) {
+    Cfg c;
+    c.per_channel = true; c.geo = pr.geo.shard(4); c.L = 16; c.steps = 20; c.stagger = true; c.seed = 1500;
+    c.ids = {5, -1, 2, 7, 0, 1};
+    SCOPED_TRACE(pr.name);
+    expect_replay(c, "preset");
+  }
+  // >= 2,000 steps: the error of the last eighth no larger than a small multiple of the first's (no growth).
+  Cfg c;
+  c.per_channel = true; c.geo = {1, 2, 128, 64}; c.L = 16; c.steps = 2000; c.ids = {1, -1, 0}; c.slots = 2;
+  c.seed = 1510;
+  const Stats s = expect_replay(c, "long");
+  EXPECT_LE(s.last, 4 * std::max(s.first, 1e-6));
+}
+
+// Teeth: one per-channel log-decay of a committed ring token corrupted on the device only; the GPU must leave the CPU.
+TEST(CudaGdnPerChannel, TeethCorruptGateChannel) {
+  NEED_GPU();
+  Cfg c;
+  c.per_channel = true; c.geo = {1, 2, 128, 64}; c.L = 8; c.steps = 6; c.ids = {1, -1, 0}; c.slots = 2; c.seed = 1520;
+  const Stats s = replay_stream(c, [](int step, DevCaches& d) {
+    if (step != 4) return;
+    d.g->down();
+    d.g->h.set({1, 1, 2, 77}, d.g->h.at({1, 1, 2, 77}) - 3.0);  // slot 1, v-head 1, token 2, channel 77
+    d.g->up();
+  });
+  std::printf("  [per-channel teeth] out vs cpu %.2e (clean stream tolerance %.1e)\n", s.out_cpu, 2 * out_tol(c.sd, c.ad, c.rd));
+  EXPECT_GT(s.out_cpu, 2 * out_tol(c.sd, c.ad, c.rd));
+}
+
+struct SpecCase {
+  DType sd, ad, rd;
+  int history, window, steps;
+  double out_tol, state_tol;  // vs the float64 truth (the per-head suite's values)
+};
+
+TEST(CudaGdnPerChannel, SpecStreamsRandomAcceptance) {
+  NEED_GPU();
+  const SpecCase cases[] = {{DType::f32, DType::f32, DType::f32, 16, 4, 520, 4e-5, 4e-5},
+                            {DType::f32, DType::bf16, DType::bf16, 16, 4, 120, 5e-2, 2.4e-2},
+                            {DType::f32, DType::f16, DType::f32, 16, 8, 120, 4e-3, 4e-5},
+                            {DType::bf16, DType::bf16, DType::bf16, 12, 6, 120, 8e-2, 5e-2},
+                            {DType::f16, DType::f32, DType::f32, 8, 8, 120, 6e-3, 6e-3},
+                            {DType::f32, DType::bf16, DType::f32, 26, 6, 120, 5e-2, 4e-5}};
+  for (const auto& sc : cases) {
+    Cfg c;
+    c.per_channel = true;
+    c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
+    c.geo = {1, 2, 128, 64}; c.ids = {4, -1, 1, 2}; c.slots = 6; c.seed = 1600 + sc.window;
+    const Stats s = spec_stream(c);
+    std::printf("  [per-channel spec %s/%s ring %s B=%d T=%d steps %d] out %.2e (cpu %.2e, tol %.1e) ckpt %.2e (cpu %.2e) "
+                "rings %.2e flushes %d\n",
+                dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(), sc.history, sc.window, sc.steps, s.out_ref, s.out_cpu,
+                sc.out_tol, s.ck_ref, s.ck_cpu, s.rings_cpu, s.flushes);
+    EXPECT_LE(s.out_ref, sc.out_tol);
+    EXPECT_LE(s.ck_ref, sc.state_tol);
+    EXPECT_LE(s.out_cpu, sc.out_tol);
+    EXPECT_LE(s.ck_cpu, sc.state_tol);
+    EXPECT_LE(s.rings_cpu, sc.out_tol);
+    EXPECT_TRUE(s.cursors_eq);
+    EXPECT_GT(s.flushes, 0);
+  }
+  Cfg c;  // a production shard
+  c.per_channel = true; c.geo = gdn_presets().front().geo.shard(2); c.spec = {16, 6}; c.steps = 10; c.ids = {1, -1, 0};
+  c.slots = 2; c.seed = 1650;
+  const Stats s = spec_stream(c);
+  std::printf("  [per-channel spec %s] out %.2e (cpu %.2e) ckpt %.2e flushes %d\n", c.geo.to_string().c_str(), s.out_ref,
+              s.out_cpu, s.ck_ref, s.flushes);
+  EXPECT_LE(s.out_cpu, 5e-2);
+  EXPECT_LE(s.out_ref, 5e-2);
+}
+
+// materialize (in place) and export_state (into a pool of another dtype) on rings filled by real per-channel replay steps.
+TEST(CudaGdnPerChannel, MaterializeAndExportMatchCpu) {
+  NEED_GPU();
+  for (const GdnGeometry& geo : {GdnGeometry{2, 4, 128, 64}, GdnGeometry{2, 4, 64, 128}})
+    for (DType sd : kF)
+      for (int L : {8, 16}) {
+        SCOPED_TRACE(geo.to_string() + " state " + dn(sd) + " L " + std::to_string(L));
+        Filled f = fill_rings(geo, sd, DType::bf16, DType::f32, L, true, 1700 + uint64_t(L) + uint64_t(sd));
+        // export first (the cache unchanged), then materialize
+        const int64_t rows = f.slot_idx.view().shape[0];
+        std::vector<int32_t> di(static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r) di[size_t(r)] = int32_t(rows - 1 - r);
+        Mir dst_idx(i32(di));
+        std::mt19937_64 prng(5);
+        HostTensor pool_cpu = make_state(geo, DType::f32, rows, prng);
+        Mir pool_gpu(pool_cpu);
+        DevCaches d(f.c);
+        DeviceTensor ids(f.slot_idx);
+        G::export_state({geo, d.view(), {}, ids.view(), pool_gpu.d.view(), dst_idx.d.view()});
+        G::export_state({geo, f.c.view(), {}, f.slot_idx.view(), pool_cpu.view(), dst_idx.h.view()});
+        pool_gpu.down();
+        const double ex = max_err(pool_gpu.h.to_f64(), pool_cpu.to_f64());
+        std::vector<std::vector<double>> ref(8);
+        for (int s : f.batch_slots) ref[size_t(s)] = fold_f64(f, s);
+        G::materialize({geo, d.view(), ids.view()});
+        d.down();
+        G::materialize({geo, f.c.view(), f.slot_idx.view()});
+        double worst_ref = 0, worst_cpu = 0;
+        for (int s : f.batch_slots) {
+          worst_ref = std::max(worst_ref, max_err(slot_values(d.ck->h, s), ref[size_t(s)]));
+          worst_cpu = std::max(worst_cpu, max_err(slot_values(d.ck->h, s), slot_values(f.c.checkpoint, s)));
+        }
+        std::printf("  [per-channel fold %s state %s L=%d] export vs cpu %.2e; materialize vs f64 %.2e, vs cpu %.2e\n",
+                    geo.to_string().c_str(), dn(sd).c_str(), L, ex, worst_ref, worst_cpu);
+        EXPECT_LE(ex, 2e-5);
+        EXPECT_LE(worst_ref, state_round_tol(sd));
+        EXPECT_LE(worst_cpu, state_round_tol(sd));
+        EXPECT_EQ(d.d->h.bytes(), f.c.d_ring.bytes());
+      }
+}
+
+// A small case of every per-channel op for compute-sanitizer (gpu-check's SAN_FILTER).
+TEST(CudaGdnPerChannel, SanitizerSmall) {
+  NEED_GPU();
+  Cfg c;
+  c.per_channel = true; c.geo = {1, 2, 128, 64}; c.L = 4; c.steps = 5; c.ids = {1, -1, 0}; c.slots = 2;
+  c.stagger = true; c.with_cpu = false;
+  EXPECT_LE(replay_stream(c).out_ref, 2 * out_tol(c.sd, c.ad, c.rd));
+  c.stagger = false; c.spec = {4, 2}; c.steps = 6;
+  EXPECT_LE(spec_stream(c).out_ref, 5e-2);
+  expect_classic(c.geo, DType::f32, DType::bf16, 1800);
+}
+
+}  // namespace
+}  // namespace replayssm::test
