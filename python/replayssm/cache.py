@@ -136,14 +136,17 @@ class Mamba2ReplayCaches(_ReplayCaches):
 class GdnReplayCaches(_ReplayCaches):
     """Gated DeltaNet layers of geometry (k_heads, v_heads, head_k_dim, head_v_dim): per layer
     checkpoint [slots, HV, V, K] (state_dtype), d_ring [slots, HV, R, V] and k_ring [slots, H, R, K]
-    (ring_dtype: float32, exact, or the activation dtype, fewer bytes), g_ring [slots, HV, R] float32."""
+    (ring_dtype: float32, exact, or the activation dtype, fewer bytes), g_ring [slots, HV, R] float32
+    ([slots, HV, R, head_k_dim] with ``per_channel_gates=True``: the Kimi Delta Attention form, a [tokens, HV, K])."""
 
     _names = ("checkpoint", "d_ring", "k_ring", "g_ring")
 
     def __init__(self, num_layers, slots, k_heads, v_heads, head_k_dim, head_v_dim, *, ring_len=None,
-                 history=None, window=None, state_dtype=torch.float32, ring_dtype=torch.float32, device="cpu"):
+                 history=None, window=None, state_dtype=torch.float32, ring_dtype=torch.float32, device="cpu",
+                 per_channel_gates=False):
         self.geometry = (k_heads, v_heads, head_k_dim, head_v_dim)
         self.state_dtype, self.ring_dtype = state_dtype, ring_dtype
+        self.per_channel_gates = per_channel_gates
         super().__init__(num_layers, slots, ring_len, history, window, device)
 
     def _export(self, i, src, dst_pool, dst):
@@ -154,4 +157,5 @@ class GdnReplayCaches(_ReplayCaches):
         H, HV, K, V = self.geometry
         R = self.ring_len
         return (self._empty((HV, V, K), self.state_dtype), self._empty((HV, R, V), self.ring_dtype),
-                self._empty((H, R, K), self.ring_dtype), self._empty((HV, R), torch.float32))
+                self._empty((H, R, K), self.ring_dtype),
+                self._empty((HV, R, K) if self.per_channel_gates else (HV, R), torch.float32))

@@ -33,8 +33,14 @@ def gdn_token(S, t, w, update_round=torch.float64):
         q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)
         k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
     q = q * (w["scale"] or 1.0 / math.sqrt(K))
-    alpha = torch.exp(-torch.exp(w["A_log"]) * softplus(t["a"] + w["dt_bias"]))[..., None]
     beta = torch.sigmoid(t["b"])[..., None]
+    if t["a"].dim() == 3:  # per-channel gates (Kimi Delta Attention form): alpha [n, HV, K] scales S's key columns
+        alpha = torch.exp(-torch.exp(w["A_log"])[:, None] * softplus(t["a"] + w["dt_bias"]))
+        S = S * alpha[:, :, None, :]
+        d = beta * (t["v"] - torch.einsum("nhvk,nhk->nhv", S, k))
+        o = torch.einsum("nhvk,nhk->nhv", S, q) + d * (k * q).sum(-1, keepdim=True)
+        return S + rounded(d, update_round)[..., None] * rounded(k, update_round)[:, :, None, :], o
+    alpha = torch.exp(-torch.exp(w["A_log"]) * softplus(t["a"] + w["dt_bias"]))[..., None]
     d = beta * (t["v"] - alpha * torch.einsum("nhvk,nhk->nhv", S, k))
     o = alpha * torch.einsum("nhvk,nhk->nhv", S, q) + d * (k * q).sum(-1, keepdim=True)
     S = alpha[..., None] * S + rounded(d, update_round)[..., None] * rounded(k, update_round)[:, :, None, :]
@@ -55,13 +61,15 @@ GEOMETRIES = {"qwen3.5-4b/tp4": gdn_shard(Q4B, 4), "qwen3.5-122b/tp8": gdn_shard
 
 class World:
     def __init__(self, geo, state_dtype, act_dtype, device, rows=4, slots=7, padding=1, seed=0, ring_dtype=None,
-                 out_f32=False, scale=0.0):
+                 out_f32=False, scale=0.0, per_channel=False):
         self.geo, self.state_dtype, self.act_dtype, self.device = geo, state_dtype, act_dtype, device
+        self.per_channel = per_channel  # a [tokens, HV, K], dt_bias [HV, K], g rings [.., K]
         self.ring_dtype = ring_dtype or torch.float32
         self.gen = g = torch.Generator().manual_seed(seed)
         H, HV, K, V = geo
         A_log = uniform(g, [HV], 0, math.log(16)).float()
-        dt_bias = torch.log(torch.expm1(torch.exp(uniform(g, [HV], math.log(1e-3), math.log(0.1))))).float()
+        dt_bias = torch.log(torch.expm1(torch.exp(uniform(g, [HV, K] if per_channel else [HV], math.log(1e-3),
+                                                          math.log(0.1))))).float()
         self.w = {"A_log": A_log.to(device), "dt_bias": dt_bias.to(device)}
         self.w64 = {"A_log": A_log.double(), "dt_bias": dt_bias.double(), "scale": scale, "qk_l2norm": True}
         self.scale, self.out_dtype = scale, torch.float32 if out_f32 else act_dtype
@@ -84,7 +92,7 @@ class World:
         H, HV, K, V = self.geo
         g = self.gen
         qkv = uniform(g, [n, 2 * H * K + HV * V], -1, 1).to(self.act_dtype)
-        a, b = uniform(g, [n, HV], -2, 2).float(), uniform(g, [n, HV], -3, 3).float()
+        a, b = uniform(g, [n, HV, K] if self.per_channel else [n, HV], -2, 2).float(), uniform(g, [n, HV], -3, 3).float()
         dev, ref = qkv.to(self.device, copy=True), qkv.double()
         cuts = {"q": (0, H * K, (H, K)), "k": (H * K, 2 * H * K, (H, K)), "v": (2 * H * K, 2 * H * K + HV * V, (HV, V))}
         tok = {name: dev[:, lo:hi].view(n, *shape) for name, (lo, hi, shape) in cuts.items()}
@@ -102,7 +110,8 @@ class World:
 
     def caches(self, **mode):
         c = replayssm.GdnReplayCaches(1, self.slots, *self.geo, state_dtype=self.state_dtype,
-                                      ring_dtype=self.ring_dtype, device=self.device, **mode)
+                                      ring_dtype=self.ring_dtype, device=self.device,
+                                      per_channel_gates=self.per_channel, **mode)
         c.layers[0]["checkpoint"].copy_(self.ref)
         for name in ("d_ring", "k_ring", "g_ring"):
             c.layers[0][name].fill_(float("nan"))
@@ -232,6 +241,30 @@ def test_spec_pdl_flags_give_the_same_steps_and_are_restored(device):
 
     errs = run_spec(wd, history, window, 30, verify_fn=verify, commit_fn=commit)
     assert max(errs) <= wd.tol()
+
+
+# ---------------- per-channel decay gates (the Kimi Delta Attention form), every op ----------------
+
+
+@pytest.mark.parametrize("pair", [(torch.float32, torch.float32), (torch.float32, torch.bfloat16)], ids=pair_id)
+def test_per_channel_gates_every_op(device, pair):
+    """a [tokens, HV, K] and dt_bias [HV, K]: classic decode, ReplaySSM decode over two ring cycles, speculative verify
+    with random acceptance (both backends; CUDA runs src/cuda/gdn_per_channel.cu) against the float64 truth."""
+    skip_unsupported(device, pair)
+    geo = GEOMETRIES["qwen3.5-4b/tp4"]
+    wd = World(geo, *pair, device, seed=11, per_channel=True)
+
+    def decode(tok, state, out):
+        ops.gdn_decode(*wd.args(tok), state, wd.slot_idx, out, scale=wd.scale)
+
+    errs, state_err = decode_stream(wd, 3, decode)
+    assert max(errs) <= wd.tol() and state_err <= state_tol(pair[0])
+    wd = World(geo, *pair, device, seed=12, per_channel=True)
+    errs, ckpt_err, flushes = run_replay(wd, 8, 19)
+    assert max(errs) <= wd.tol()
+    assert ckpt_err <= state_tol(pair[0], wd.ring_dtype) and flushes == 2 * len(wd.live_slots)
+    wd = World(geo, *pair, device, seed=13, per_channel=True)
+    assert max(run_spec(wd, history=8, window=4, steps=20)) <= wd.tol()
 
 
 # ---------------- classic speculative path ----------------

@@ -27,6 +27,10 @@ void register_bench_gdn(CLI::App& app) {
   cmd->add_flag("--pdl", o->pdl,
                 "launch the classic and replay steps as programmatic dependents of the previous kernel (DecodeArgs::pdl, "
                 "ReplayDecodeArgs::pdl; the replay step's fused path only)");
+  cmd->add_option("--gates", o->gates,
+                  "decay gates: per-head (Qwen3.5), or per-channel (one per key channel, the Kimi Delta Attention form; "
+                  "its own exact kernel family on CUDA)")
+      ->capture_default_str()->check(CLI::IsMember({"per-head", "per-channel"}));
   cmd->add_option("--json", o->json, "Write the results as JSON to this file");
   cmd->callback([o] {
 #if defined(REPLAYSSM_WITH_CUDA)

@@ -105,9 +105,10 @@ void run_bench_gdn(const BenchGdnOptions& o) {
   cudaDeviceProp prop{};
   ck(cudaGetDeviceProperties(&prop, 0), "device");
   const double copy = bench::copy_bandwidth_tbps();
-  std::printf("device %s, copy bandwidth %.2f TB/s (read + write); state %s act %s ring %s L=%d B=%d%s\n", prop.name, copy,
+  const bool pc = o.gates == "per-channel";
+  std::printf("device %s, copy bandwidth %.2f TB/s (read + write); state %s act %s ring %s L=%d B=%d%s%s\n", prop.name, copy,
               o.state.c_str(), o.act.c_str(), o.ring.c_str(), o.L, o.history,
-              cuda::use_pdl(o.pdl) ? "; classic and replay steps launched with pdl" : "");
+              cuda::use_pdl(o.pdl) ? "; classic and replay steps launched with pdl" : "", pc ? "; per-channel gates" : "");
   std::printf("%-20s %5s %-22s %3s %10s %10s %7s %6s %9s %7s %4s\n", "model", "batch", "op", "T", "us", "MB", "TB/s", "frac",
               "vs classic", "bytes x", "sets");
   cudaStream_t st;
@@ -122,16 +123,17 @@ void run_bench_gdn(const BenchGdnOptions& o) {
     const GdnGeometry geo = find_gdn_preset(mname).geo;
     const int64_t H = geo.k_heads, HV = geo.v_heads, K = geo.head_k_dim, V = geo.head_v_dim;
     const double state_b = double(HV) * V * K * es;  // per slot
-    const double tok_in = (2.0 * H * K + double(HV) * V) * ea + 2.0 * HV * ea, tok_out = double(HV) * V * ea;
+    const int64_t gw = pc ? K : 1;  // log-decays per token and v-head (a, dt_bias, g rings)
+    const double tok_in = (2.0 * H * K + double(HV) * V) * ea + double(HV) * (gw + 1) * ea, tok_out = double(HV) * V * ea;
     for (int B : o.batches) {
       const int Tmax = *std::max_element(o.windows.begin(), o.windows.end());
       const int64_t tokens = int64_t(B) * Tmax;
       const int64_t width = 2 * H * K + HV * V;
-      Buf qkv(size_t(tokens * width) * size_t(ea), 0x1c), a(size_t(tokens * HV) * size_t(ea), 0x1c),
+      Buf qkv(size_t(tokens * width) * size_t(ea), 0x1c), a(size_t(tokens * HV * gw) * size_t(ea), 0x1c),
           b(size_t(tokens * HV) * size_t(ea), 0x1c), out(size_t(tokens * HV * V) * size_t(ea));
-      Buf A_log(HV * 4), dt_bias(HV * 4);
+      Buf A_log(HV * 4), dt_bias(HV * gw * 4);
       const int L = o.L;
-      const double ring_b = double(HV) * L * V * er + double(H) * L * K * er + HV * L * 4.0;  // per slot
+      const double ring_b = double(HV) * L * V * er + double(H) * L * K * er + HV * L * 4.0 * gw;  // per slot
       const int ns = sets_for(B * (state_b + ring_b)), ns_spec = sets_for(double(B) * Tmax * state_b);
       const int64_t pool = std::max<int64_t>(int64_t(ns) * B, int64_t(ns_spec) * B * Tmax);
       Buf state(size_t(pool * HV * V * K) * size_t(es));
@@ -154,11 +156,16 @@ void run_bench_gdn(const BenchGdnOptions& o) {
         in.q = TensorView::strided(const_cast<char*>(base), ad, {n, H, K}, {width, K, 1}, Device::cuda(0));
         in.k = TensorView::strided(const_cast<char*>(base) + H * K * int64_t(ea), ad, {n, H, K}, {width, K, 1}, Device::cuda(0));
         in.v = TensorView::strided(const_cast<char*>(base) + 2 * H * K * int64_t(ea), ad, {n, HV, V}, {width, V, 1}, Device::cuda(0));
-        in.a = tv(a, ad, {n, HV});
+        in.a = pc ? tv(a, ad, {n, HV, K}) : tv(a, ad, {n, HV});
         in.b = tv(b, ad, {n, HV});
         return in;
       };
-      gdn::Weights w{tv(A_log, DType::f32, {HV}), tv(dt_bias, DType::f32, {HV}), 0.f, true};
+      gdn::Weights w{tv(A_log, DType::f32, {HV}), pc ? tv(dt_bias, DType::f32, {HV, K}) : tv(dt_bias, DType::f32, {HV}), 0.f,
+                     true};
+      // the g rings of a standard (positions L) or speculative (R) cache, block k of n slots
+      auto g_ring = [&](const Buf& g, int64_t k, int64_t n, int64_t pos) {
+        return pc ? tv_block(g, DType::f32, k, {n, HV, pos, K}) : tv_block(g, DType::f32, k, {n, HV, pos});
+      };
       const TensorView outv = tv(out, ad, {B, HV, V});
       const double classic_bytes = B * (2 * state_b + tok_in + tok_out);
       auto report = [&](const std::string& what, int T, double us, double bytes, double classic_us, int sets, double ref_bytes) {
@@ -179,13 +186,13 @@ void run_bench_gdn(const BenchGdnOptions& o) {
 
       // ReplaySSM standard decode
       const int64_t rs = int64_t(ns) * B;
-      Buf dr(size_t(rs * HV * L * V) * size_t(er)), kr(size_t(rs * H * L * K) * size_t(er)), gr(size_t(rs * HV * L) * 4),
+      Buf dr(size_t(rs * HV * L * V) * size_t(er)), kr(size_t(rs * H * L * K) * size_t(er)), gr(size_t(rs * HV * L * gw) * 4),
           cur(size_t(rs) * 4);
-      gdn::ReplayCache cache{pool_state, tv(dr, rd, {rs, HV, L, V}), tv(kr, rd, {rs, H, L, K}), tv(gr, DType::f32, {rs, HV, L}),
+      gdn::ReplayCache cache{pool_state, tv(dr, rd, {rs, HV, L, V}), tv(kr, rd, {rs, H, L, K}), g_ring(gr, 0, rs, L),
                              tv(cur, DType::i32, {rs})};
       cache.checkpoint.shape[0] = rs;
-      auto ring_read = [&](int wpos) { return double(wpos) * (HV * V * er + H * K * er + HV * 4.0); };
-      const double ring_write = HV * V * er + H * K * er + HV * 4.0;
+      auto ring_read = [&](int wpos) { return double(wpos) * (HV * V * er + H * K * er + HV * 4.0 * gw); };
+      const double ring_write = HV * V * er + H * K * er + HV * 4.0 * gw;
       auto step_bytes = [&](int wpos) {
         const bool fl = wpos == L - 1;
         return B * ((fl ? 2 : 1) * state_b + tok_in + tok_out + ring_read(wpos) + (fl ? 0 : ring_write));
@@ -259,9 +266,9 @@ void run_bench_gdn(const BenchGdnOptions& o) {
         report("classic spec", T, t_cs, cs_bytes, t_cs, ns_spec, cs_bytes);
         const SpecConfig spec{o.history, T};
         const int R = spec.ring_len();
-        Buf sdr(size_t(rs * HV * R * V) * size_t(er)), skr(size_t(rs * H * R * K) * size_t(er)), sgr(size_t(rs * HV * R) * 4),
+        Buf sdr(size_t(rs * HV * R * V) * size_t(er)), skr(size_t(rs * H * R * K) * size_t(er)), sgr(size_t(rs * HV * R * gw) * 4),
             scur(size_t(rs) * 8);
-        gdn::SpecCache sc{pool_state, tv(sdr, rd, {rs, HV, R, V}), tv(skr, rd, {rs, H, R, K}), tv(sgr, DType::f32, {rs, HV, R}),
+        gdn::SpecCache sc{pool_state, tv(sdr, rd, {rs, HV, R, V}), tv(skr, rd, {rs, H, R, K}), g_ring(sgr, 0, rs, R),
                           tv(scur, DType::i32, {rs, 2})};
         sc.checkpoint.shape[0] = rs;
         const int nsteps = std::max(o.steps, 2 * o.history);
@@ -277,8 +284,8 @@ void run_bench_gdn(const BenchGdnOptions& o) {
         // outputs and ring writes, plus a checkpoint write about every (B - T + 1) / mean-accepted steps.
         const double mean_acc = (T + 1) / 2.0, fill = o.history / 2.0;
         const double flush_every = std::max(1.0, (o.history - T + 1) / mean_acc);
-        const double v_bytes = B * (state_b * (1 + 1 / flush_every) + fill * (HV * V * er + H * K * er + HV * 4.0) +
-                                    T * (tok_in + tok_out + HV * V * er + H * K * er + HV * 4.0));
+        const double v_bytes = B * (state_b * (1 + 1 / flush_every) + fill * (HV * V * er + H * K * er + HV * 4.0 * gw) +
+                                    T * (tok_in + tok_out + HV * V * er + H * K * er + HV * 4.0 * gw));
         report("verify+commit", T, t_v, v_bytes, t_cs, ns, cs_bytes);
         // As an engine runs it: the ns slot sets as ns layers (each its own checkpoint and rings, the same slot ids)
         // sharing one cursor tensor; every step verifies each layer, then commits once. Per layer step.
@@ -287,7 +294,7 @@ void run_bench_gdn(const BenchGdnOptions& o) {
           std::vector<gdn::SpecCache> lc;
           for (int k = 0; k < ns; ++k)
             lc.push_back({tv_block(state, sd, k, {B, HV, V, K}), tv_block(sdr, rd, k, {B, HV, R, V}),
-                          tv_block(skr, rd, k, {B, H, R, K}), tv_block(sgr, DType::f32, k, {B, HV, R}),
+                          tv_block(skr, rd, k, {B, H, R, K}), g_ring(sgr, k, B, R),
                           tv(lcur, DType::i32, {B, 2})});
           const int lsteps = std::max(1, nsteps / ns);
           const double t_lay = time_graph(st, o.reps, lsteps * ns, [&] {
@@ -314,6 +321,7 @@ void run_bench_gdn(const BenchGdnOptions& o) {
     j["ring"] = o.ring;
     j["L"] = o.L;
     j["history"] = o.history;
+    j["gates"] = o.gates;
     for (const Row& r : rows)
       j["results"].push_back({{"model", r.model}, {"op", r.what}, {"batch", r.batch}, {"T", r.T}, {"us", r.us}, {"bytes", r.bytes},
                               {"tbps", r.bytes / r.us * 1e-6}, {"frac_copy", r.bytes / r.us * 1e-6 / copy}, {"speedup_vs_classic", r.ratio}});

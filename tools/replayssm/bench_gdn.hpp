@@ -15,6 +15,7 @@ struct BenchGdnOptions {
   int steps = 16;      // launches per captured graph (the amortised cycle uses L steps)
   int reps = 5;        // graph replays, median
   bool pdl = false;    // classic and replay steps launched as programmatic dependents (DecodeArgs::pdl)
+  std::string gates = "per-head";  // or per-channel: a [tokens, HV, K], dt_bias [HV, K], g rings [.., K]
   std::string json;
 };
 

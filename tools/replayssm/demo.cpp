@@ -231,8 +231,6 @@ void register_demo(CLI::App& app) {
       // L = 8 measured fastest for these models on the H200 (docs/results.md); the CPU keeps 16.
       if (cmd->count("--ring") == 0) o->ring = 8;
     }
-    if (o->gates == "per-channel" && dev.type == DeviceType::cuda)
-      throw Error("--gates", "per-channel gates run on the CPU backend only; add --backend cpu");
 #if defined(_OPENMP)
     if (o->threads > 0) omp_set_num_threads(o->threads);
 #endif
