@@ -175,8 +175,10 @@ __device__ __forceinline__ void prep_history(const GdnRingParams& R, int slot, i
   }
 }
 
+// At least 4 CTAs per SM (<= 128 registers): without the bound ptxas gave the verify and classic speculative instances
+// 152-168 registers (3 CTAs per SM); with it 106-120, no spills (ptxas, nvcc 13.0).
 template <class ST, int K, int OP>
-__global__ void __launch_bounds__(32 * kWarps) gdn_pc_kernel(const PcParams P) {
+__global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P) {
   constexpr int E = K / 32;
   constexpr bool kHist = OP == kReplay || OP == kVerify || OP == kFold;
   const GdnStepParams& p = P.step;
