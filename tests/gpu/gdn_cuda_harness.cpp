@@ -222,4 +222,78 @@ Stats spec_stream(const Cfg& c) {
   return st;
 }
 
+Stats expect_replay(const Cfg& c, const char* what) {
+  const Stats s = replay_stream(c);
+  const double ot = out_tol(c.sd, c.ad, c.rd), stt = state_tol(c.sd, c.rd);
+  std::printf("  [replay %s %s/%s ring %s L=%d %s] out %.2e (cpu %.2e, tol %.1e) ckpt %.2e (cpu %.2e) rings %.2e flushes %d\n",
+              what, dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(), c.L, c.geo.to_string().c_str(), s.out_ref,
+              s.out_cpu, ot, s.ck_ref, s.ck_cpu, s.rings_cpu, s.flushes);
+  EXPECT_TRUE(s.pads_ok) << "padding row output written";
+  EXPECT_LE(s.out_ref, 2 * ot);
+  EXPECT_LE(s.ck_ref, 2 * stt);
+  if (c.with_cpu) {
+    EXPECT_LE(s.out_cpu, 2 * ot);
+    EXPECT_LE(s.ck_cpu, 2 * stt);
+    EXPECT_LE(s.rings_cpu, 2 * ot);
+    EXPECT_TRUE(s.cursors_eq);
+  }
+  return s;
+}
+
+void expect_spec_stream_ok(const Stats& s, const SpecCase& sc) {
+  EXPECT_LE(s.out_ref, sc.out_tol);
+  EXPECT_LE(s.ck_ref, sc.state_tol);
+  EXPECT_LE(s.out_cpu, sc.out_tol);
+  EXPECT_LE(s.ck_cpu, sc.state_tol);
+  EXPECT_LE(s.rings_cpu, sc.out_tol);
+  EXPECT_TRUE(s.cursors_eq);
+  EXPECT_GT(s.flushes, 0);
+}
+
+void expect_classic_spec(const GdnGeometry& geo, int T, DType sd, DType ad, uint64_t seed, bool per_channel) {
+  std::mt19937_64 rng(seed);
+  const int rows = 3, slots = rows * T + 2;
+  Weights hw = make_weights(geo, rng);
+  if (per_channel) make_per_channel(hw, geo, rng);
+  DevWeights w(hw);
+  HostTensor cpu = make_state(geo, sd, slots, rng);
+  Mir gst(cpu);
+  std::vector<int32_t> si(size_t(rows * T)), na(rows), qsl(rows + 1, 0), perm(slots);
+  for (int i = 0; i < slots; ++i) perm[size_t(i)] = i;
+  std::shuffle(perm.begin(), perm.end(), rng);
+  for (int r = 0; r < rows; ++r) {
+    for (int t = 0; t < T; ++t) si[size_t(r * T + t)] = perm[size_t(r * T + t)];
+    na[size_t(r)] = 1 + int(rng() % unsigned(T));
+    qsl[size_t(r) + 1] = qsl[size_t(r)] + (r == 1 ? std::max(T - 1, 1) : T);
+  }
+  si[size_t(1 * T)] = -1;  // row 1: padding
+  if (T > 1) {
+    si[size_t(2 * T + 1)] = -1;  // row 2: a skipped destination ...
+    na[2] = 1;                   // ... starting from column 0
+  }
+  Mir si_t(i32_2d(si, rows, T)), na_t(i32(na)), qsl_t(i32(qsl));
+  const int64_t tokens = qsl.back();
+  Tokens ht = make_tokens(geo, ad, tokens, rng);
+  if (per_channel) make_per_channel(ht, rng);
+  DevTokens tok(ht);
+  HostTensor oc = make_out(geo, ad, tokens);
+  Mir og(make_out(geo, ad, tokens));
+  G::classic_spec_decode({geo, T, tok.t.view(), w.w.view(), cpu.view(), si_t.h.view(), na_t.h.view(), qsl_t.h.view(), oc.view()});
+  G::classic_spec_decode({geo, T, tok.view(), w.view(), gst.d.view(), si_t.d.view(), na_t.d.view(), qsl_t.d.view(), og.d.view()});
+  og.down();
+  gst.down();
+  std::vector<int> live;
+  for (int t = 0; t < tokens; ++t)
+    if (t < qsl[1] || t >= qsl[2]) live.push_back(t);
+  const double eo = max_err(rows_values(og.h, live), rows_values(oc, live));
+  double es = 0;
+  for (int s = 0; s < slots; ++s) es = std::max(es, max_err(slot_values(gst.h, s), slot_values(cpu, s)));
+  for (int t = qsl[1]; t < qsl[2]; ++t)
+    for (double v : slot_values(og.h, t)) ASSERT_EQ(v, 7.0) << "padding row output written";
+  const double tol = classic_tol(sd, ad);
+  std::printf("  [classic spec%s T=%d %s/%s] out %.2e state %.2e\n", per_channel ? " per-channel" : "", T, dn(sd).c_str(), dn(ad).c_str(), eo, es);
+  EXPECT_LE(eo, tol) << "T=" << T << " " << dn(sd) << "/" << dn(ad);
+  EXPECT_LE(es, tol) << "T=" << T << " " << dn(sd) << "/" << dn(ad);
+}
+
 }  // namespace replayssm::test::gdn_cuda

@@ -175,4 +175,31 @@ Stats replay_stream(const Cfg& c, const Hook& before_step = {});
 // the CPU backend alongside, the float64 truth of the accepted stream.
 Stats spec_stream(const Cfg& c);
 
+// replay_stream with the suites' bounds (outputs, checkpoint, rings against the float64 truth and the CPU; padding rows
+// untouched; cursors equal); prints one line.
+Stats expect_replay(const Cfg& c, const char* what);
+
+struct SpecCase {
+  DType sd, ad, rd;
+  int history, window, steps;
+  double out_tol, state_tol;  // vs the float64 truth (tests/cpu/test_gdn_spec.cpp values, x2)
+};
+// The random-acceptance stream cases of both gate kinds: dtype triples, histories, windows.
+inline constexpr SpecCase kSpecStreamCases[] = {{DType::f32, DType::f32, DType::f32, 16, 4, 520, 4e-5, 4e-5},
+                                                {DType::f32, DType::bf16, DType::bf16, 16, 4, 120, 5e-2, 2.4e-2},
+                                                {DType::f32, DType::f16, DType::f32, 16, 8, 120, 4e-3, 4e-5},
+                                                {DType::bf16, DType::bf16, DType::bf16, 12, 6, 120, 8e-2, 5e-2},
+                                                {DType::f16, DType::f32, DType::f32, 8, 8, 120, 6e-3, 6e-3},
+                                                {DType::f32, DType::bf16, DType::f32, 26, 6, 120, 5e-2, 4e-5}};
+// A speculative stream within the case's bounds: outputs, checkpoint and rings against the float64 truth and the CPU
+// backend, cursors equal, at least one flush.
+void expect_spec_stream_ok(const Stats& s, const SpecCase& sc);
+
+// The classic speculative path on GPU and CPU (3 rows of window T, shuffled slots, a padding row, a skipped destination
+// where T > 1; per-channel gates optionally): outputs and every state slot within the classic tolerance.
+inline double classic_tol(DType sd, DType ad) {
+  return 2e-5 + 2 * unit_roundoff(ad) + (is_float16ish(sd) ? 4 * unit_roundoff(sd) : 0.0);
+}
+void expect_classic_spec(const GdnGeometry& geo, int T, DType sd, DType ad, uint64_t seed, bool per_channel);
+
 }  // namespace replayssm::test::gdn_cuda

@@ -10,8 +10,6 @@ namespace {
 
 using namespace gdn_cuda;
 
-double classic_tol(DType sd, DType ad) { return 2e-5 + 2 * unit_roundoff(ad) + (is_float16ish(sd) ? 4 * unit_roundoff(sd) : 0.0); }
-
 // Classic per-channel steps on GPU and CPU side by side (padding row, an unused slot), and the float64 reference.
 void expect_classic(const GdnGeometry& geo, DType sd, DType ad, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -65,73 +63,10 @@ TEST(CudaGdnPerChannel, ClassicDecodeAllDtypePairs) {
 
 TEST(CudaGdnPerChannel, ClassicSpecPath) {
   NEED_GPU();
-  const GdnGeometry geo{2, 4, 128, 64};
   for (int T : {1, 4, 8})
     for (DType sd : kF)
-      for (DType ad : {DType::f32, DType::bf16}) {
-        std::mt19937_64 rng(1300 + T * 10 + int(sd) * 3 + int(ad));
-        const int rows = 3, slots = rows * T + 2;
-        Weights hw = make_weights(geo, rng);
-        make_per_channel(hw, geo, rng);
-        DevWeights w(hw);
-        HostTensor cpu = make_state(geo, sd, slots, rng);
-        Mir gst(cpu);
-        std::vector<int32_t> si(size_t(rows * T)), na(rows), qsl(rows + 1, 0), perm(slots);
-        for (int i = 0; i < slots; ++i) perm[size_t(i)] = i;
-        std::shuffle(perm.begin(), perm.end(), rng);
-        for (int r = 0; r < rows; ++r) {
-          for (int t = 0; t < T; ++t) si[size_t(r * T + t)] = perm[size_t(r * T + t)];
-          na[size_t(r)] = 1 + int(rng() % unsigned(T));
-          qsl[size_t(r) + 1] = qsl[size_t(r)] + (r == 1 ? std::max(T - 1, 1) : T);
-        }
-        si[size_t(1 * T)] = -1;  // row 1: padding
-        if (T > 1) {
-          si[size_t(2 * T + 1)] = -1;  // row 2: a skipped destination ...
-          na[2] = 1;                   // ... starting from column 0
-        }
-        Mir si_t(i32_2d(si, rows, T)), na_t(i32(na)), qsl_t(i32(qsl));
-        const int64_t tokens = qsl.back();
-        Tokens ht = make_tokens(geo, ad, tokens, rng);
-        make_per_channel(ht, rng);
-        DevTokens tok(ht);
-        HostTensor oc = make_out(geo, ad, tokens);
-        Mir og(make_out(geo, ad, tokens));
-        G::classic_spec_decode({geo, T, tok.t.view(), w.w.view(), cpu.view(), si_t.h.view(), na_t.h.view(), qsl_t.h.view(), oc.view()});
-        G::classic_spec_decode({geo, T, tok.view(), w.view(), gst.d.view(), si_t.d.view(), na_t.d.view(), qsl_t.d.view(), og.d.view()});
-        og.down();
-        gst.down();
-        std::vector<int> live;
-        for (int t = 0; t < tokens; ++t)
-          if (t < qsl[1] || t >= qsl[2]) live.push_back(t);
-        const double eo = max_err(rows_values(og.h, live), rows_values(oc, live));
-        double es = 0;
-        for (int s = 0; s < slots; ++s) es = std::max(es, max_err(slot_values(gst.h, s), slot_values(cpu, s)));
-        for (int t = qsl[1]; t < qsl[2]; ++t)
-          for (double v : slot_values(og.h, t)) ASSERT_EQ(v, 7.0) << "padding row output written";
-        const double tol = classic_tol(sd, ad);
-        std::printf("  [per-channel classic spec T=%d %s/%s] out %.2e state %.2e\n", T, dn(sd).c_str(), dn(ad).c_str(), eo, es);
-        EXPECT_LE(eo, tol) << "T=" << T << " " << dn(sd) << "/" << dn(ad);
-        EXPECT_LE(es, tol) << "T=" << T << " " << dn(sd) << "/" << dn(ad);
-      }
-}
-
-Stats expect_replay(const Cfg& c, const char* what) {
-  const Stats s = replay_stream(c);
-  const double ot = out_tol(c.sd, c.ad, c.rd), stt = state_tol(c.sd, c.rd);
-  std::printf("  [per-channel replay %s %s/%s ring %s L=%d %s] out %.2e (cpu %.2e, tol %.1e; first %.2e last %.2e) "
-              "ckpt %.2e (cpu %.2e) rings %.2e flushes %d\n",
-              what, dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(), c.L, c.geo.to_string().c_str(), s.out_ref,
-              s.out_cpu, ot, s.first, s.last, s.ck_ref, s.ck_cpu, s.rings_cpu, s.flushes);
-  EXPECT_TRUE(s.pads_ok) << "padding row output written";
-  EXPECT_LE(s.out_ref, 2 * ot);
-  EXPECT_LE(s.ck_ref, 2 * stt);
-  if (c.with_cpu) {
-    EXPECT_LE(s.out_cpu, 2 * ot);
-    EXPECT_LE(s.ck_cpu, 2 * stt);
-    EXPECT_LE(s.rings_cpu, 2 * ot);
-    EXPECT_TRUE(s.cursors_eq);
-  }
-  return s;
+      for (DType ad : {DType::f32, DType::bf16})
+        expect_classic_spec(GdnGeometry{2, 4, 128, 64}, T, sd, ad, 1300 + uint64_t(T) * 10 + uint64_t(sd) * 3 + uint64_t(ad), true);
 }
 
 TEST(CudaGdnPerChannel, ReplayAllDtypesRingLengthsStaggered) {
@@ -186,21 +121,9 @@ TEST(CudaGdnPerChannel, TeethCorruptGateChannel) {
   EXPECT_GT(s.out_cpu, 2 * out_tol(c.sd, c.ad, c.rd));
 }
 
-struct SpecCase {
-  DType sd, ad, rd;
-  int history, window, steps;
-  double out_tol, state_tol;  // vs the float64 truth (the per-head suite's values)
-};
-
 TEST(CudaGdnPerChannel, SpecStreamsRandomAcceptance) {
   NEED_GPU();
-  const SpecCase cases[] = {{DType::f32, DType::f32, DType::f32, 16, 4, 520, 4e-5, 4e-5},
-                            {DType::f32, DType::bf16, DType::bf16, 16, 4, 120, 5e-2, 2.4e-2},
-                            {DType::f32, DType::f16, DType::f32, 16, 8, 120, 4e-3, 4e-5},
-                            {DType::bf16, DType::bf16, DType::bf16, 12, 6, 120, 8e-2, 5e-2},
-                            {DType::f16, DType::f32, DType::f32, 8, 8, 120, 6e-3, 6e-3},
-                            {DType::f32, DType::bf16, DType::f32, 26, 6, 120, 5e-2, 4e-5}};
-  for (const auto& sc : cases) {
+  for (const auto& sc : kSpecStreamCases) {
     Cfg c;
     c.per_channel = true;
     c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
@@ -210,13 +133,7 @@ TEST(CudaGdnPerChannel, SpecStreamsRandomAcceptance) {
                 "rings %.2e flushes %d\n",
                 dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(), sc.history, sc.window, sc.steps, s.out_ref, s.out_cpu,
                 sc.out_tol, s.ck_ref, s.ck_cpu, s.rings_cpu, s.flushes);
-    EXPECT_LE(s.out_ref, sc.out_tol);
-    EXPECT_LE(s.ck_ref, sc.state_tol);
-    EXPECT_LE(s.out_cpu, sc.out_tol);
-    EXPECT_LE(s.ck_cpu, sc.state_tol);
-    EXPECT_LE(s.rings_cpu, sc.out_tol);
-    EXPECT_TRUE(s.cursors_eq);
-    EXPECT_GT(s.flushes, 0);
+    expect_spec_stream_ok(s, sc);
   }
   Cfg c;  // a production shard
   c.per_channel = true; c.geo = gdn_presets().front().geo.shard(2); c.spec = {16, 6}; c.steps = 10; c.ids = {1, -1, 0};

@@ -8,24 +8,6 @@ namespace {
 
 using namespace gdn_cuda;
 
-Stats expect_replay(const Cfg& c, const char* what) {
-  const Stats s = replay_stream(c);
-  const double ot = out_tol(c.sd, c.ad, c.rd), stt = state_tol(c.sd, c.rd);
-  std::printf("  [replay %s %s/%s ring %s L=%d %s] out %.2e (cpu %.2e, tol %.1e) ckpt %.2e (cpu %.2e) rings %.2e flushes %d\n",
-              what, dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(), c.L, c.geo.to_string().c_str(), s.out_ref,
-              s.out_cpu, ot, s.ck_ref, s.ck_cpu, s.rings_cpu, s.flushes);
-  EXPECT_TRUE(s.pads_ok) << "padding row output written";
-  EXPECT_LE(s.out_ref, 2 * ot);
-  EXPECT_LE(s.ck_ref, 2 * stt);
-  if (c.with_cpu) {
-    EXPECT_LE(s.out_cpu, 2 * ot);
-    EXPECT_LE(s.ck_cpu, 2 * stt);
-    EXPECT_LE(s.rings_cpu, 2 * ot);
-    EXPECT_TRUE(s.cursors_eq);
-  }
-  return s;
-}
-
 // ReplayDecodeArgs::pdl: the token, the cursors and the rings are written by a producer that lets the op start first;
 // a kernel that read the cursor before its griddepcontrol.wait would see a NaN cursor and skip the row, one that read
 // the token or a ring row would fold NaNs. The fused path (the fp32-state default, and forced for bf16 state), K 128

@@ -8,33 +8,9 @@ namespace {
 
 using namespace gdn_cuda;
 
-struct SpecCase {
-  DType sd, ad, rd;
-  int history, window, steps;
-  double out_tol, state_tol;  // vs the float64 truth (tests/cpu/test_gdn_spec.cpp values, x2)
-};
-
-// A speculative stream within the case's bounds: outputs, checkpoint and rings against the float64 truth
-// and the CPU backend, cursors equal, at least one flush.
-void expect_spec_stream_ok(const Stats& s, const SpecCase& sc) {
-    EXPECT_LE(s.out_ref, sc.out_tol);
-    EXPECT_LE(s.ck_ref, sc.state_tol);
-    EXPECT_LE(s.out_cpu, sc.out_tol);
-    EXPECT_LE(s.ck_cpu, sc.state_tol);
-    EXPECT_LE(s.rings_cpu, sc.out_tol);
-    EXPECT_TRUE(s.cursors_eq);
-    EXPECT_GT(s.flushes, 0);
-}
-
 TEST(CudaGdnSpec, StreamsRandomAcceptance) {
   NEED_GPU();
-  const SpecCase cases[] = {{DType::f32, DType::f32, DType::f32, 16, 4, 520, 4e-5, 4e-5},
-                            {DType::f32, DType::bf16, DType::bf16, 16, 4, 120, 5e-2, 2.4e-2},
-                            {DType::f32, DType::f16, DType::f32, 16, 8, 120, 4e-3, 4e-5},
-                            {DType::bf16, DType::bf16, DType::bf16, 12, 6, 120, 8e-2, 5e-2},
-                            {DType::f16, DType::f32, DType::f32, 8, 8, 120, 6e-3, 6e-3},
-                            {DType::f32, DType::bf16, DType::f32, 26, 6, 120, 5e-2, 4e-5}};
-  for (const auto& sc : cases) {
+  for (const auto& sc : kSpecStreamCases) {
     Cfg c;
     c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
     c.geo = {1, 2, 128, 64}; c.ids = {4, -1, 1, 2}; c.slots = 6; c.seed = 77 + sc.window;
