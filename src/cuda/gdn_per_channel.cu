@@ -17,8 +17,9 @@
 // Why one fold-then-step kernel rather than the per-head kernels' output-only route and tensor-core folds: with a
 // decay per channel the history's coefficients are K-wide weighted products, the tuned kernels would need a second
 // set of instances, and Kimi-style layers are a small share of today's serving. This path costs w K FMAs per state
-// row and step (at most 31 x 128; 63 x 128 for a materialize of a 64-position ring) on top of the state's bytes; it is exact and shares no code with the per-head
-// kernels, which stay as they are. pdl flags are accepted and ignored (no overlap, same results).
+// row and step (at most 31 x 128; 63 x 128 for a materialize of a 64-position ring) on top of the state's bytes; it
+// is exact and shares no code with the per-head kernels, which stay as they are. pdl flags are accepted and ignored
+// (no overlap, same results).
 #include <algorithm>
 #include <string>
 
