@@ -14,6 +14,27 @@ inline void cuda_ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
+// The launches `body` enqueues on `st` (global capture mode), as an instantiated graph (the graph itself is freed; the
+// exec is the caller's to launch and destroy). A throw inside body ends the capture before it propagates: a stream
+// left capturing would make every later test fail.
+template <class F>
+inline cudaGraphExec_t capture_graph(cudaStream_t st, F&& body) {
+  cudaGraph_t graph;
+  cuda_ok(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), "capture");
+  try {
+    body();
+  } catch (...) {
+    cudaStreamEndCapture(st, &graph);
+    cudaGetLastError();
+    throw;
+  }
+  cuda_ok(cudaStreamEndCapture(st, &graph), "end capture");
+  cudaGraphExec_t exec;
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  cudaGraphDestroy(graph);
+  return exec;
+}
+
 class DeviceTensor {
  public:
   DeviceTensor() = default;

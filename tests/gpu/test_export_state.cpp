@@ -147,20 +147,11 @@ TEST(CudaMamba2ExportState, CapturedInAGraphReadsDstIdxOnTheDevice) {
   w.A = A.view();
   cudaStream_t st;
   cuda_ok(cudaStreamCreate(&st), "stream");
-  cudaGraph_t graph;
-  cuda_ok(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), "capture");
-  try {
+  const cudaGraphExec_t exec = capture_graph(st, [&] {
     mamba2::export_state({a.s.geo, w, {ck.view(), xr.view(), dtr.view(), Br.view(), cur.view()}, {}, ids.view(), dd.view(),
                           di.view()},
                          st);
-  } catch (...) {
-    cudaStreamEndCapture(st, &graph);
-    cudaGetLastError();
-    throw;
-  }
-  cuda_ok(cudaStreamEndCapture(st, &graph), "end capture");
-  cudaGraphExec_t exec;
-  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  });
   HostTensor got = dst;
   cuda_ok(cudaGraphLaunch(exec, st), "launch");
   cuda_ok(cudaStreamSynchronize(st), "sync");
@@ -171,7 +162,6 @@ TEST(CudaMamba2ExportState, CapturedInAGraphReadsDstIdxOnTheDevice) {
   HostTensor got2 = dst;
   dd.download(got2);
   cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(st);
   // CPU: the same two exports in turn
   want.fill(kSentinel);

@@ -211,13 +211,10 @@ TEST(CudaGdnReplay, GraphCaptureReplayedSteps) {
   Mir out_gpu(make_out(c.geo, c.ad, rows));
   cudaStream_t st;
   cuda_ok(cudaStreamCreate(&st), "stream");
-  cudaGraph_t graph;
-  cuda_ok(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), "capture");
-  G::replay_decode({c.geo, tok.view(), w.view(), gpu.view(), dsidx.view(), out_gpu.d.view()}, st);
-  advance_cursors(gpu.cur->d.view(), dsidx.view(), c.L, st);
-  cuda_ok(cudaStreamEndCapture(st, &graph), "end capture");
-  cudaGraphExec_t exec;
-  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  const cudaGraphExec_t exec = capture_graph(st, [&] {
+    G::replay_decode({c.geo, tok.view(), w.view(), gpu.view(), dsidx.view(), out_gpu.d.view()}, st);
+    advance_cursors(gpu.cur->d.view(), dsidx.view(), c.L, st);
+  });
   for (int i = 0; i < replays; ++i) cuda_ok(cudaGraphLaunch(exec, st), "launch");
   cuda_ok(cudaStreamSynchronize(st), "sync");
   for (int i = 0; i < replays; ++i) {
@@ -235,7 +232,6 @@ TEST(CudaGdnReplay, GraphCaptureReplayedSteps) {
   EXPECT_LE(ce, 2 * state_tol(c.sd, c.rd));
   EXPECT_EQ(gpu.cur->h.bytes(), cpu.cursor.bytes());
   cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(st);
 }
 

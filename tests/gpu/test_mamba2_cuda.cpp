@@ -410,23 +410,14 @@ TEST(CudaMamba2Replay, GraphCaptureThousandsOfSteps) {
   cudaStream_t st;
   cuda_ok(cudaStreamCreate(&st), "stream");
   const TensorView cur = ws[0]->dcursor->view();
-  cudaGraph_t graph;
-  cuda_ok(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), "capture");
-  try {
+  const cudaGraphExec_t exec = capture_graph(st, [&] {
     for (int l = 0; l < layers; ++l) {
       auto a = ws[l]->replay_args(ins[l], true);
       a.cache.cursor = cur;
       mamba2::replay_decode(a, st);
     }
     advance_cursors(cur, ws[0]->dsidx->view(), ws[0]->L, st);
-  } catch (...) {  // leave no stream capturing behind, or every later test fails on it
-    cudaStreamEndCapture(st, &graph);
-    cudaGetLastError();
-    throw;
-  }
-  cuda_ok(cudaStreamEndCapture(st, &graph), "end capture");
-  cudaGraphExec_t exec;
-  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  });
   for (int i = 0; i < replays; ++i) cuda_ok(cudaGraphLaunch(exec, st), "launch");
   cuda_ok(cudaStreamSynchronize(st), "sync");
   // oracle: same inputs every step
@@ -453,7 +444,6 @@ TEST(CudaMamba2Replay, GraphCaptureThousandsOfSteps) {
   }
   EXPECT_TRUE(ws[0]->cursors_match());
   cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(st);
 }
 
