@@ -32,6 +32,7 @@ namespace replayssm::cuda {
 namespace {
 
 using gdn::cptr;
+using gdn::group_sum;
 using gdn::ld_any;
 using gdn::mptr;
 using gdn::st_any;
@@ -94,11 +95,6 @@ __device__ __forceinline__ void round_to(float (&v)[E]) {
 #pragma unroll
   for (int e = 0; e < E; ++e) v[e] = Traits<ST>::to_f(Traits<ST>::from_f(v[e]));
 }
-__device__ __forceinline__ float warp_allsum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // The CTA's shared memory (fp32), sized by the host with the same formula (pc_smem_floats).
 struct PcSmem {
@@ -135,8 +131,8 @@ __device__ __forceinline__ void prep_tokens(const GdnStepParams& p, int64_t t0, 
     }
     float rq = 1.f, rk = 1.f;
     if (p.qk_l2norm) {
-      rq = 1.f / sqrtf(warp_allsum(sq) + 1e-6f);
-      rk = 1.f / sqrtf(warp_allsum(sk) + 1e-6f);
+      rq = 1.f / sqrtf(group_sum(sq, 32) + 1e-6f);
+      rk = 1.f / sqrtf(group_sum(sk, 32) + 1e-6f);
     }
     const float sc = rq * float(p.scale);
 #pragma unroll
@@ -303,7 +299,7 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
           s[rr][e] *= al[e];
           dk = fmaf(s[rr][e], kk[e], dk);
         }
-        dk = warp_allsum(dk);
+        dk = group_sum(dk, 32);
         const float d = beta * (__shfl_sync(0xffffffffu, vl, rr) - dk);
         float o = 0.f;
 #pragma unroll
@@ -311,7 +307,7 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
           s[rr][e] = fmaf(d, kk[e], s[rr][e]);
           o = fmaf(s[rr][e], qq[e], o);
         }
-        o = warp_allsum(o);
+        o = group_sum(o, 32);
         if (lane == rr) {
           o_mine = o;
           d_mine = d;
@@ -379,6 +375,16 @@ void launch_pc(const PcParams& P, Stream stream, const char* what) {
   check_launch(what);
 }
 
+// The ops that read a ring: its history is at most R - 1 tokens (the shared-memory rows), `tokens` window tokens a row.
+PcParams with_ring(const GdnStepParams& step, const GdnRingParams& ring, int tokens) {
+  PcParams P;
+  P.step = step;
+  P.ring = ring;
+  P.tokens_max = tokens;
+  P.hist_max = std::max(ring.ring - 1, 0);
+  return P;
+}
+
 }  // namespace
 
 void gdn_pc_decode(const GdnStepParams& p, Stream stream) {
@@ -401,31 +407,19 @@ void gdn_pc_classic_spec(const GdnClassicSpecParams& c, Stream stream) {
 }
 
 void gdn_pc_replay_decode(const GdnReplayParams& r, Stream stream) {
-  PcParams P;
-  P.step = r.step;
-  P.ring = r.ring;
-  P.hist_max = std::max(r.ring.ring - 1, 0);
-  launch_pc<kReplay>(P, stream, "gdn_replay_decode (per-channel gates)");
+  launch_pc<kReplay>(with_ring(r.step, r.ring, 1), stream, "gdn_replay_decode (per-channel gates)");
 }
 
 void gdn_pc_spec_verify(const GdnVerifyParams& v, Stream stream) {
-  PcParams P;
-  P.step = v.step;
-  P.ring = v.ring;
+  PcParams P = with_ring(v.step, v.ring, v.window);
   P.qsl = v.query_start_loc;
   P.history = v.history;
-  P.tokens_max = v.window;
-  P.hist_max = std::max(v.ring.ring - 1, 0);
   launch_pc<kVerify>(P, stream, "gdn_spec_verify (per-channel gates)");
 }
 
 void gdn_pc_materialize(const GdnReplayParams& r, const FoldDstParams& dst, Stream stream) {
-  PcParams P;
-  P.step = r.step;
-  P.ring = r.ring;
+  PcParams P = with_ring(r.step, r.ring, 0);
   P.dst = dst;
-  P.tokens_max = 0;
-  P.hist_max = std::max(r.ring.ring - 1, 0);
   launch_pc<kFold>(P, stream, dst.state ? "gdn export_state (per-channel gates)" : "gdn_materialize (per-channel gates)");
 }
 
