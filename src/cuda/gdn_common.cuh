@@ -49,6 +49,20 @@ __device__ __forceinline__ float group_sum(float v, int lpr) {
   return v;
 }
 
+// The multipliers of q and k from this lane's partial sums of squares (all 32 lanes: full-mask shuffles):
+// 1 / |q| and 1 / |k| with the reference's epsilon when p.qk_l2norm; q's also carries p.scale.
+struct QkScales {
+  float q, k;
+};
+__device__ __forceinline__ QkScales qk_scales(const GdnStepParams& p, float sq, float sk) {
+  float rq = 1.f, rk = 1.f;
+  if (p.qk_l2norm) {  // grid-uniform
+    rq = 1.f / sqrtf(group_sum(sq, 32) + 1e-6f);
+    rk = 1.f / sqrtf(group_sum(sk, 32) + 1e-6f);
+  }
+  return {rq * float(p.scale), rk};
+}
+
 struct Gates {
   float g, alpha, beta;
 };
@@ -172,17 +186,12 @@ __device__ __forceinline__ void prep_token(const GdnStepParams& p, int64_t tok, 
     sq = fmaf(q[e], q[e], sq);
     sk = fmaf(kn[e], kn[e], sk);
   }
-  float rq = 1.f, rk = 1.f;
-  if (p.qk_l2norm) {
-    rq = 1.f / sqrtf(group_sum(sq, 32) + 1e-6f);
-    rk = 1.f / sqrtf(group_sum(sk, 32) + 1e-6f);
-  }
-  const float sc = rq * float(p.scale);
+  const QkScales qs = qk_scales(p, sq, sk);
   float kq = 0.f;
 #pragma unroll
   for (int e = 0; e < E; ++e) {
-    q[e] *= sc;
-    kn[e] *= rk;
+    q[e] *= qs.q;
+    kn[e] *= qs.k;
     kq = fmaf(q[e], kn[e], kq);
     s.q[lane + 32 * e] = q[e];
     s.k[lane + 32 * e] = kn[e];
@@ -328,17 +337,12 @@ __device__ __forceinline__ WarpToken<K> token_finish(const GdnStepParams& p, con
     sq = fmaf(t.q[e], t.q[e], sq);
     sk = fmaf(t.k[e], t.k[e], sk);
   }
-  float rq = 1.f, rk = 1.f;
-  if (p.qk_l2norm) {  // grid-uniform
-    rq = 1.f / sqrtf(group_sum(sq, 32) + 1e-6f);
-    rk = 1.f / sqrtf(group_sum(sk, 32) + 1e-6f);
-  }
-  const float sc = rq * float(p.scale);
+  const QkScales qs = qk_scales(p, sq, sk);
   float kq = 0.f;
 #pragma unroll
   for (int e = 0; e < E; ++e) {
-    t.q[e] *= sc;
-    t.k[e] *= rk;
+    t.q[e] *= qs.q;
+    t.k[e] *= qs.k;
     kq = fmaf(t.q[e], t.k[e], kq);
   }
   t.kq = group_sum(kq, 32);
@@ -425,16 +429,11 @@ __device__ __forceinline__ void prep_window(const GdnStepParams& p, int t0, int 
       sq = fmaf(qv[e], qv[e], sq);
       sk = fmaf(kv[e], kv[e], sk);
     }
-    float rq = 1.f, rk = 1.f;
-    if (p.qk_l2norm) {
-      rq = 1.f / sqrtf(group_sum(sq, 32) + 1e-6f);
-      rk = 1.f / sqrtf(group_sum(sk, 32) + 1e-6f);
-    }
-    const float sc = rq * float(p.scale);
+    const QkScales qs = qk_scales(p, sq, sk);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int c = lane + 32 * e;
-      if (c < K) { s.q[j][c] = qv[e] * sc; s.k[j][c] = kv[e] * rk; }
+      if (c < K) { s.q[j][c] = qv[e] * qs.q; s.k[j][c] = kv[e] * qs.k; }
     }
     if (lane == 0) {
       const Gates gt = gates_of(p, gb);

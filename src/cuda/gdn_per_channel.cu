@@ -129,18 +129,13 @@ __device__ __forceinline__ void prep_tokens(const GdnStepParams& p, int64_t t0, 
       sq = fmaf(q[e], q[e], sq);
       sk = fmaf(k[e], k[e], sk);
     }
-    float rq = 1.f, rk = 1.f;
-    if (p.qk_l2norm) {
-      rq = 1.f / sqrtf(group_sum(sq, 32) + 1e-6f);
-      rk = 1.f / sqrtf(group_sum(sk, 32) + 1e-6f);
-    }
-    const float sc = rq * float(p.scale);
+    const gdn::QkScales qs = gdn::qk_scales(p, sq, sk);
 #pragma unroll
     for (int e = 0; e < E; ++e) {
       const int c = j * K + lane + 32 * e;
       const float g = -A * softplus20(a[e]);
-      s.q[c] = q[e] * sc;
-      s.k[c] = k[e] * rk;
+      s.q[c] = q[e] * qs.q;
+      s.k[c] = k[e] * qs.k;
       s.g[c] = g;
       s.al[c] = expf(g);
     }
