@@ -17,8 +17,7 @@
 //   S_w = S0 diag(exp(G)) + sum_j d_j (k_j o exp(G - G_j))^T   (o: elementwise, per channel).
 // The speculative ops solve the window with per-channel decays in the same way. On CUDA, per-channel gates run one
 // exact kernel family (src/cuda/gdn_per_channel.cu: the history folded per state row, then the classic step), not
-// the per-head kernels' tuned routes; pdl flags are accepted and do not overlap there. Opt-in for now
-// (REPLAYSSM_GDN_PER_CHANNEL_CUDA=1; without it in.a is rejected), until its GPU tests have run on a device.
+// the per-head kernels' tuned routes; pdl flags are accepted and do not overlap there.
 #pragma once
 #include "replayssm/cursor.hpp"
 #include "replayssm/geometry.hpp"

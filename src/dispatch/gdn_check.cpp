@@ -9,7 +9,6 @@
 #include <utility>
 
 #include "core/host_read.hpp"
-#include "cuda/env_choice.hpp"
 
 namespace replayssm::detail::gdn_args {
 namespace {
@@ -128,12 +127,6 @@ void check_cuda_limits(const Checked& c, const GdnGeometry& geo, const TensorVie
   throw Error("device", std::string(state_name) + ": this build has no CUDA kernels; tensors are on " + to_string(c.dev));
 #endif
   if (c.act == DType::f64) throw Error("in.q", "float64 activations are CPU-only; the CUDA kernels take float32, bfloat16, float16");
-  // Per-channel gates on CUDA (src/cuda/gdn_per_channel.cu) are opt-in until their GPU tests have run on a device
-  // (written in the twenty-fourth session while none was lent): REPLAYSSM_GDN_PER_CHANNEL_CUDA=1.
-  if (c.gate_ch && cuda::env_choice("REPLAYSSM_GDN_PER_CHANNEL_CUDA", {"0", "1"}) != 1)
-    throw Error("in.a", "per-channel decay gates ([tokens, v_heads, head_k_dim]) on CUDA run src/cuda/gdn_per_channel.cu, "
-                        "which has not yet been run on a GPU: set REPLAYSSM_GDN_PER_CHANNEL_CUDA=1 to use it, or run the op "
-                        "on the CPU backend");
   for (int64_t d : {int64_t(geo.head_k_dim), int64_t(geo.head_v_dim)})
     if (d != 64 && d != 128)
       throw Error("geo", "the CUDA kernels support head_k_dim and head_v_dim in {64, 128}, got head_k_dim " +

@@ -176,8 +176,8 @@ TEST(GdnPerChannel, BadShapesNameTheArgument) {
   expect([&] {
     G::spec_verify({geo, SpecConfig{8, 4}, tch.view(), wch.view(), spec.spec_view(), slots.view(), qsl.view(), out.view()});
   }, "cache.g_ring", "spec_verify: per-channel a with a per-head g ring");
-  // On a CUDA device: a build without CUDA kernels names the device; one with them keeps per-channel gates opt-in
-  // (REPLAYSSM_GDN_PER_CHANNEL_CUDA=1, src/dispatch/gdn_check.cpp) until their GPU tests have run, naming in.a.
+  // On a CUDA device, a bad per-channel a is named before any device work (a build without CUDA kernels names the
+  // device instead).
   auto on_cuda = [](G::DecodeArgs a) {
     for (TensorView* t : {&a.in.q, &a.in.k, &a.in.v, &a.in.a, &a.in.b, &a.w.A_log, &a.w.dt_bias, &a.state, &a.slot_idx, &a.out})
       t->device = Device::cuda(0);
@@ -188,8 +188,8 @@ TEST(GdnPerChannel, BadShapesNameTheArgument) {
 #else
   const char* cuda_arg = "device";
 #endif
-  expect([&] { G::decode(on_cuda({geo, tch.view(), wch.view(), state.view(), slots.view(), out.view()})); }, cuda_arg,
-         "per-channel gates on CUDA without the opt-in");
+  expect([&] { G::decode(on_cuda({geo, bad.view(), w.view(), state.view(), slots.view(), out.view()})); }, cuda_arg,
+         "per-channel a of the wrong width on CUDA");
 }
 
 // Random window lengths and accepted counts, >= 200 steps with early flushes: every window token against the

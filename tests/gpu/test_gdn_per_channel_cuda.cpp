@@ -10,13 +10,6 @@ namespace {
 
 using namespace gdn_cuda;
 
-// Per-channel gates on CUDA are opt-in until these tests have run on a device (src/dispatch/gdn_check.cpp).
-struct OptIn : ScopedEnv {
-  OptIn() : ScopedEnv("REPLAYSSM_GDN_PER_CHANNEL_CUDA", "1") {}
-};
-#define NEED_GPU_PC() \
-  NEED_GPU();         \
-  const OptIn opt_in_
 
 // Classic per-channel steps on GPU and CPU side by side (padding row, an unused slot), and the float64 reference.
 void expect_classic(const GdnGeometry& geo, DType sd, DType ad, uint64_t seed) {
@@ -58,7 +51,7 @@ void expect_classic(const GdnGeometry& geo, DType sd, DType ad, uint64_t seed) {
 }
 
 TEST(CudaGdnPerChannel, ClassicDecodeAllDtypePairs) {
-  NEED_GPU_PC();
+  NEED_GPU();
   int idx = 0;
   for (const GdnGeometry& geo : {GdnGeometry{2, 4, 128, 128}, GdnGeometry{2, 4, 64, 64}, GdnGeometry{2, 2, 128, 64},
                                  gdn_presets().front().geo.shard(4)})
@@ -70,7 +63,7 @@ TEST(CudaGdnPerChannel, ClassicDecodeAllDtypePairs) {
 }
 
 TEST(CudaGdnPerChannel, ClassicSpecPath) {
-  NEED_GPU_PC();
+  NEED_GPU();
   for (int T : {1, 4, 8})
     for (DType sd : kF)
       for (DType ad : {DType::f32, DType::bf16})
@@ -78,7 +71,7 @@ TEST(CudaGdnPerChannel, ClassicSpecPath) {
 }
 
 TEST(CudaGdnPerChannel, ReplayAllDtypesRingLengthsStaggered) {
-  NEED_GPU_PC();
+  NEED_GPU();
   for (DType sd : kF)
     for (DType ad : kF)
       for (DType rd : {DType::f32, ad}) {
@@ -98,7 +91,7 @@ TEST(CudaGdnPerChannel, ReplayAllDtypesRingLengthsStaggered) {
 }
 
 TEST(CudaGdnPerChannel, ReplayProductionGeometryAndLongDecode) {
-  NEED_GPU_PC();
+  NEED_GPU();
   for (const auto& pr : gdn_presets()) {
     Cfg c;
     c.per_channel = true; c.geo = pr.geo.shard(4); c.L = 16; c.steps = 20; c.stagger = true; c.seed = 1500;
@@ -116,7 +109,7 @@ TEST(CudaGdnPerChannel, ReplayProductionGeometryAndLongDecode) {
 
 // Teeth: one per-channel log-decay of a committed ring token corrupted on the device only; the GPU must leave the CPU.
 TEST(CudaGdnPerChannel, TeethCorruptGateChannel) {
-  NEED_GPU_PC();
+  NEED_GPU();
   Cfg c;
   c.per_channel = true; c.geo = {1, 2, 128, 64}; c.L = 8; c.steps = 6; c.ids = {1, -1, 0}; c.slots = 2; c.seed = 1520;
   const Stats s = replay_stream(c, [](int step, DevCaches& d) {
@@ -130,7 +123,7 @@ TEST(CudaGdnPerChannel, TeethCorruptGateChannel) {
 }
 
 TEST(CudaGdnPerChannel, SpecStreamsRandomAcceptance) {
-  NEED_GPU_PC();
+  NEED_GPU();
   for (const auto& sc : kSpecStreamCases) {
     Cfg c;
     c.per_channel = true;
@@ -155,7 +148,7 @@ TEST(CudaGdnPerChannel, SpecStreamsRandomAcceptance) {
 
 // materialize (in place) and export_state (into a pool of another dtype) on rings filled by real per-channel replay steps.
 TEST(CudaGdnPerChannel, MaterializeAndExportMatchCpu) {
-  NEED_GPU_PC();
+  NEED_GPU();
   for (const GdnGeometry& geo : {GdnGeometry{2, 4, 128, 64}, GdnGeometry{2, 4, 64, 128}})
     for (DType sd : kF)
       for (int L : {8, 16}) {
@@ -196,7 +189,7 @@ TEST(CudaGdnPerChannel, MaterializeAndExportMatchCpu) {
 
 // A small case of every per-channel op for compute-sanitizer (gpu-check's SAN_FILTER).
 TEST(CudaGdnPerChannel, SanitizerSmall) {
-  NEED_GPU_PC();
+  NEED_GPU();
   Cfg c;
   c.per_channel = true; c.geo = {1, 2, 128, 64}; c.L = 4; c.steps = 5; c.ids = {1, -1, 0}; c.slots = 2;
   c.stagger = true; c.with_cpu = false;

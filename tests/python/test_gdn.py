@@ -247,12 +247,11 @@ def test_spec_pdl_flags_give_the_same_steps_and_are_restored(device):
 
 
 @pytest.mark.parametrize("pair", [(torch.float32, torch.float32), (torch.float32, torch.bfloat16)], ids=pair_id)
-def test_per_channel_gates_every_op(device, pair, monkeypatch):
+def test_per_channel_gates_every_op(device, pair):
     """a [tokens, HV, K] and dt_bias [HV, K]: classic decode, ReplaySSM decode over two ring cycles, speculative verify
-    with random acceptance (both backends; CUDA runs src/cuda/gdn_per_channel.cu, opt-in for now) against the float64
+    with random acceptance (both backends; CUDA runs src/cuda/gdn_per_channel.cu) against the float64
     truth."""
     skip_unsupported(device, pair)
-    monkeypatch.setenv("REPLAYSSM_GDN_PER_CHANNEL_CUDA", "1")
     geo = GEOMETRIES["qwen3.5-4b/tp4"]
     wd = World(geo, *pair, device, seed=11, per_channel=True)
 
