@@ -303,10 +303,12 @@ __global__ void __launch_bounds__(128, kAppendMinCtas) gdn_replay_append_kernel(
   }
 }
 
-// Warps per CTA: up to 4 (gdn_common.cuh's cta_warps); items per CTA (append_ipc) on top.
+// Warps per CTA: 4 at every batch (gdn_common.cuh's cta_warps with no CTA-count target; H200, twenty-fifth session:
+// at batch 1-4 the 1-2-warp CTAs of the old target, 4 CTAs per SM, were 10-22 % slower, batch 8 4 %); items per CTA
+// (append_ipc) on top.
 template <class ST, int K>
 int append_warps(int rows, int v_heads, int V) {
-  return cta_warps(rows, v_heads, V, AppendTile<ST, K>::RPW, 4, kAppendMinCtas);
+  return cta_warps(rows, v_heads, V, AppendTile<ST, K>::RPW, 4, 0);
 }
 
 // Items (v-head slices of one k-head) per CTA: the most (<= kAppendDefaultIpc, dividing the k-head's nI

@@ -171,9 +171,10 @@ void mamba2_classic_spec(const Mamba2ClassicSpecParams& p, Stream stream) {
   const size_t sb = dtype_size(p.step.state_dtype);
   if (reinterpret_cast<uintptr_t>(p.step.state) % 16 != 0 || (size_t(p.step.state_slot) * sb) % 16 != 0)
     throw Error("state", "the CUDA kernels need 16-byte aligned slots (base pointer and slot stride)");
-  // the split rule (8 CTAs per SM) the replay kernels lost 7-37 % to at batch 1-8 (twenty-second session); not
-  // re-measured here: REPLAYSSM_M2_CLASSIC_SPEC_TILES forces the shape for that A/B
-  const PSplit sp = forced_psplit(choose_psplit(p.step.rows, p.step.heads, p.step.headdim), p.step.headdim,
+  // Whole heads per CTA at every batch, as the replay and verify kernels: the split rule (8 CTAs per SM) was 23-30 %
+  // slower at batch 1-4 and 4-6 % at batch 8 (H200, twenty-fifth session, Super T = 4 / 6: each CTA repeats the window's
+  // staging). REPLAYSSM_M2_CLASSIC_SPEC_TILES forces the shape for an A/B.
+  const PSplit sp = forced_psplit(choose_psplit(p.step.rows, p.step.heads, p.step.headdim, 0), p.step.headdim,
                                   "REPLAYSSM_M2_CLASSIC_SPEC_TILES");
   const dim3 grid(unsigned(p.step.heads * sp.chunks), unsigned(p.step.rows));
   const dim3 block(unsigned(32 * sp.tiles_per_cta));
