@@ -373,10 +373,10 @@ inline GdnTile gdn_tile() {
   return env_choice("REPLAYSSM_GDN_TILE", {"wide", "quad"}) == 1 ? GdnTile::quad : GdnTile::wide;
 }
 
-// The wide-tile kernels: up to 4 warps, min_ctas CTAs per SM.
+// The wide-tile kernels: 4 warps at every batch for every state dtype (no CTA-count target: gdn_decode.cu says why).
 template <class ST, int K>
-inline int wide_warps(int rows, int v_heads, int V, int min_ctas) {
-  return cta_warps(rows, v_heads, V, WideTile<ST, K>::RPW, 4, min_ctas);
+inline int wide_warps(int rows, int v_heads, int V) {
+  return cta_warps(rows, v_heads, V, WideTile<ST, K>::RPW, 4, 0);
 }
 
 template <class F>

@@ -174,7 +174,7 @@ void gdn_decode(const GdnStepParams& p, Stream stream) {
         // 4-warp CTAs at every batch: fp32 state (H100, twenty-second session, run 5: batch 1-2 5-15 % faster than the
         // 1-2-warp CTAs of the CTA-count rule; batch >= 8 the same shape) and 16-bit state (H200, twenty-fifth session:
         // batch 2-4 12-13 % faster, batch 1 and 8 the same)
-        const int warps = wide_warps<ST, K>(p.rows, p.v_heads, p.head_v_dim, 0);
+        const int warps = wide_warps<ST, K>(p.rows, p.v_heads, p.head_v_dim);
         const int slices = p.head_v_dim / (warps * WideTile<ST, K>::RPW);
         const dim3 grid(unsigned(p.v_heads * slices), unsigned(p.rows)), block(unsigned(32 * warps));
         launch_kernel(pdl ? gdn_decode_wide_kernel<ST, K, true> : gdn_decode_wide_kernel<ST, K, false>, grid, block, 0, st,

@@ -195,11 +195,12 @@ inline constexpr SpecCase kSpecStreamCases[] = {{DType::f32, DType::f32, DType::
 // backend, cursors equal, at least one flush.
 void expect_spec_stream_ok(const Stats& s, const SpecCase& sc);
 
-// The classic speculative path on GPU and CPU (3 rows of window T, shuffled slots, a padding row, a skipped destination
-// where T > 1; per-channel gates optionally): outputs and every state slot within the classic tolerance.
+// The classic step's bound (outputs and states against the CPU backend) for a dtype pair.
 inline double classic_tol(DType sd, DType ad) {
   return 2e-5 + 2 * unit_roundoff(ad) + (is_float16ish(sd) ? 4 * unit_roundoff(sd) : 0.0);
 }
+// The classic speculative path on GPU and CPU (3 rows of window T, shuffled slots, a padding row, a skipped destination
+// where T > 1; per-channel gates optionally): outputs and every state slot within classic_tol.
 void expect_classic_spec(const GdnGeometry& geo, int T, DType sd, DType ad, uint64_t seed, bool per_channel);
 
 }  // namespace replayssm::test::gdn_cuda

@@ -10,7 +10,6 @@ namespace {
 
 using namespace gdn_cuda;
 
-
 // Classic per-channel steps on GPU and CPU side by side (padding row, an unused slot), and the float64 reference.
 void expect_classic(const GdnGeometry& geo, DType sd, DType ad, uint64_t seed) {
   std::mt19937_64 rng(seed);
