@@ -5,7 +5,9 @@
 //
 // One kernel template, the op a template parameter. A CTA is one (row, v-head) and kRows = 32 of its state rows
 // (4 warps x 8 rows); a lane owns E = K / 32 consecutive columns of each of its warp's rows.
-//   1. The op's source state rows are loaded first (raw, converted later), so the HBM reads overlap the prologue.
+//   1. The op's source state rows are loaded first (raw, converted later), as soon as the source slot is known, so the
+//      HBM reads overlap the prologue; every prologue load below is issued as raw bits before its conversion (the
+//      first version converted next to each load: ~20-50 dependent latencies per CTA, 50 % of copy at b512).
 //   2. Tokens: warp j % 4 prepares window token j (q, k L2-normalised, q scaled; g_c = -exp(A_log) softplus(a_c +
 //      bias_c), alpha_c = exp(g_c); beta) into shared memory.
 //   3. History (replay, verify, fold): thread c < K scans channel c's log-decays over the w committed ring tokens,
@@ -31,9 +33,11 @@
 namespace replayssm::cuda {
 namespace {
 
+using gdn::bits_f;
 using gdn::cptr;
 using gdn::group_sum;
 using gdn::ld_any;
+using gdn::ld_bits;
 using gdn::mptr;
 using gdn::st_any;
 
@@ -96,34 +100,47 @@ __device__ __forceinline__ void round_to(float (&v)[E]) {
   for (int e = 0; e < E; ++e) v[e] = Traits<ST>::to_f(Traits<ST>::from_f(v[e]));
 }
 
-// The CTA's shared memory (fp32), sized by the host with the same formula (pc_smem_floats).
+// The CTA's shared memory (fp32), sized by the host with the same formula (pc_smem_floats). gh holds the history's
+// prefix log-decays until kh is formed; v the window's values of the CTA's rows.
 struct PcSmem {
-  float *q, *k, *al, *g, *beta, *kh, *dh, *tot;
+  float *q, *k, *al, *g, *beta, *kh, *gh, *dh, *tot, *v;
   __device__ PcSmem(float* base, int nt, int hm, int K) {
     q = base; k = q + nt * K; al = k + nt * K; g = al + nt * K;
-    kh = g + nt * K; dh = kh + hm * K; tot = dh + hm * kRows; beta = tot + K;
+    kh = g + nt * K; gh = kh + hm * K; dh = gh + hm * K; tot = dh + hm * kRows; v = tot + K; beta = v + nt * kRows;
   }
 };
-size_t pc_smem_floats(int nt, int hm, int K) { return size_t(4 * nt + hm + 1) * K + size_t(hm) * kRows + nt + 4; }
+size_t pc_smem_floats(int nt, int hm, int K) {
+  return size_t(4 * nt + 2 * hm + 1) * K + size_t(hm + nt) * kRows + nt + 4;
+}
 
 // Warp `warp` prepares window tokens warp, warp + 4, ... (token t0 + j): the CPU's prep_token with per-channel gates.
+// Every load of a token is issued (as raw bits) before the first conversion: a conversion next to its load makes the
+// warp wait for each load in turn (the first version did, ~18 dependent latencies per token: 50 % of copy at b512).
 template <int K>
 __device__ __forceinline__ void prep_tokens(const GdnStepParams& p, int64_t t0, int n, int h, int hv, int warp, int lane,
                                             const PcSmem& s) {
   constexpr int E = K / 32;
-  const float A = expf(ld_any(p.A_log, int64_t(hv) * p.A_log_stride, p.w_dtype));
+  const uint64_t A_bits = ld_bits(p.A_log, int64_t(hv) * p.A_log_stride, p.w_dtype);
   for (int j = warp; j < n; j += kWarps) {
     const int64_t tok = t0 + j;
-    float q[E], k[E], a[E], sq = 0.f, sk = 0.f;
+    uint64_t qb[E], kb[E], ab[E], cb[E];
 #pragma unroll
     for (int e = 0; e < E; ++e) {
       const int c = lane + 32 * e;
-      q[e] = ld_any(p.q, tok * p.q_tok + int64_t(h) * p.q_head + c, p.act);
-      k[e] = ld_any(p.k, tok * p.k_tok + int64_t(h) * p.k_head + c, p.act);
-      a[e] = ld_any(p.a, tok * p.a_tok + int64_t(hv) * p.a_head + int64_t(c) * p.a_chan, p.a_dtype) +
-             ld_any(p.dt_bias, int64_t(hv) * p.dt_bias_stride + int64_t(c) * p.dt_bias_chan, p.w_dtype);
+      qb[e] = ld_bits(p.q, tok * p.q_tok + int64_t(h) * p.q_head + c, p.act);
+      kb[e] = ld_bits(p.k, tok * p.k_tok + int64_t(h) * p.k_head + c, p.act);
+      ab[e] = ld_bits(p.a, tok * p.a_tok + int64_t(hv) * p.a_head + int64_t(c) * p.a_chan, p.a_dtype);
+      cb[e] = ld_bits(p.dt_bias, int64_t(hv) * p.dt_bias_stride + int64_t(c) * p.dt_bias_chan, p.w_dtype);
     }
-    const float b = ld_any(p.b, tok * p.b_tok + int64_t(hv) * p.b_head, p.b_dtype);
+    const uint64_t b_bits = ld_bits(p.b, tok * p.b_tok + int64_t(hv) * p.b_head, p.b_dtype);
+    const float A = expf(bits_f(A_bits, p.w_dtype)), b = bits_f(b_bits, p.b_dtype);
+    float q[E], k[E], a[E], sq = 0.f, sk = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      q[e] = bits_f(qb[e], p.act);
+      k[e] = bits_f(kb[e], p.act);
+      a[e] = bits_f(ab[e], p.a_dtype) + bits_f(cb[e], p.w_dtype);
+    }
 #pragma unroll
     for (int e = 0; e < E; ++e) {
       sq = fmaf(q[e], q[e], sq);
@@ -144,6 +161,9 @@ __device__ __forceinline__ void prep_tokens(const GdnStepParams& p, int64_t t0, 
 }
 
 // The history of w committed ring tokens at rw.pos(0..w): per-channel prefix sums, tot, decayed keys, the CTA's d rows.
+// Loads go out kHistBatch tokens at a time, converted only after the batch is issued (a load per dependent latency
+// made the first version's history ~2w + w / 4 latencies long).
+constexpr int kHistBatch = 8;
 template <int K>
 __device__ __forceinline__ void prep_history(const GdnRingParams& R, int slot, int h, int hv, int i0, int V, int w,
                                              RingWalk rw, const PcSmem& s) {
@@ -153,17 +173,53 @@ __device__ __forceinline__ void prep_history(const GdnRingParams& R, int slot, i
     const void* gr = cptr(R.g_ring, R.g_dtype, int64_t(slot) * R.gr_slot + (int64_t(hv) * RL) * K);
     const void* kr = cptr(R.k_ring, R.k_dtype, int64_t(slot) * R.kr_slot + (int64_t(h) * RL) * K);
     float G = 0.f;
-    for (int j = 0; j < w; ++j) {
-      G += ld_any(gr, int64_t(rw.pos(j)) * K + c, R.g_dtype);
-      s.kh[j * K + c] = G;
+    for (int j0 = 0; j0 < w; j0 += kHistBatch) {
+      uint64_t gb[kHistBatch], kb[kHistBatch];
+#pragma unroll
+      for (int u = 0; u < kHistBatch; ++u) {
+        const int64_t at = int64_t(rw.pos(j0 + u)) * K + c;
+        gb[u] = j0 + u < w ? ld_bits(gr, at, R.g_dtype) : 0;
+        kb[u] = j0 + u < w ? ld_bits(kr, at, R.k_dtype) : 0;
+      }
+#pragma unroll
+      for (int u = 0; u < kHistBatch; ++u)
+        if (j0 + u < w) {
+          G += bits_f(gb[u], R.g_dtype);
+          s.gh[(j0 + u) * K + c] = G;
+          s.kh[(j0 + u) * K + c] = bits_f(kb[u], R.k_dtype);
+        }
     }
     s.tot[c] = w > 0 ? expf(G) : 1.f;
-    for (int j = 0; j < w; ++j) s.kh[j * K + c] = ld_any(kr, int64_t(rw.pos(j)) * K + c, R.k_dtype) * expf(G - s.kh[j * K + c]);
+    for (int j = 0; j < w; ++j) s.kh[j * K + c] *= expf(G - s.gh[j * K + c]);  // the thread's own column: no barrier
   }
   const void* dr = cptr(R.d_ring, R.d_dtype, int64_t(slot) * R.dr_slot + (int64_t(hv) * RL) * V);
-  for (int idx = threadIdx.x; idx < w * kRows; idx += blockDim.x) {
-    const int j = idx / kRows, r = idx % kRows;
-    s.dh[idx] = ld_any(dr, int64_t(rw.pos(j)) * V + i0 + r, R.d_dtype);
+  const int nd = w * kRows, nt = blockDim.x;
+  for (int i = threadIdx.x; i < nd; i += 4 * nt) {
+    uint64_t db[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int idx = i + u * nt, j = idx / kRows, r = idx % kRows;
+      db[u] = idx < nd ? ld_bits(dr, int64_t(rw.pos(j)) * V + i0 + r, R.d_dtype) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (i + u * nt < nd) s.dh[i + u * nt] = bits_f(db[u], R.d_dtype);
+  }
+}
+
+// The window's v values of the CTA's rows into shared memory (loads first, then conversions).
+__device__ __forceinline__ void prep_values(const GdnStepParams& p, int64_t t0, int n, int hv, int i0, const PcSmem& s) {
+  const int nv = n * kRows, nt = blockDim.x;
+  for (int i = threadIdx.x; i < nv; i += 2 * nt) {
+    uint64_t vb[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int idx = i + u * nt, a = idx / kRows, r = idx % kRows;
+      vb[u] = idx < nv ? ld_bits(p.v, (t0 + a) * p.v_tok + int64_t(hv) * p.v_head + i0 + r, p.act) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+      if (i + u * nt < nv) s.v[i + u * nt] = bits_f(vb[u], p.act);
   }
 }
 
@@ -191,6 +247,16 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
   int64_t fo_off = 0;
   bool flush = false;
   const int32_t* si = nullptr;
+  // 1. the source rows, raw: issued as soon as the source slot is known (before the cursor's checks), so the HBM reads
+  // overlap everything up to the first conversion
+  ST* S = nullptr;
+  ColPack<ST, E> raw[kRowsPerWarp];
+  auto load_source = [&] {
+    S = static_cast<ST*>(p.state) + int64_t(src) * p.state_slot + int64_t(hv) * VK;
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerWarp; ++rr)
+      raw[rr] = *reinterpret_cast<const ColPack<ST, E>*>(S + int64_t(r0 + rr) * K + lane * E);
+  };
   if constexpr (OP == kClassicSpec) {
     si = P.state_indices + int64_t(row) * P.si_row;
     if (si[0] < 0) return;
@@ -200,10 +266,12 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
     if (n <= 0 || n > P.tokens_max || na < 1 || na > P.tokens_max) return;
     src = si[int64_t(na - 1) * P.si_col];
     if (src < 0 || src >= p.slots) return;
+    load_source();
   } else {
     slot = p.slot_idx[int64_t(row) * p.slot_idx_stride];
     if (slot < 0 || slot >= p.slots) return;
     src = slot;
+    load_source();
     const int32_t* cur = R.cursor + int64_t(slot) * R.cursor_slot;
     if constexpr (OP == kReplay) {
       w = cur[0];
@@ -222,15 +290,11 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
     }
   }
 
-  // 1. the source rows, raw
-  ST* S = static_cast<ST*>(p.state) + int64_t(src) * p.state_slot + int64_t(hv) * VK;
-  ColPack<ST, E> raw[kRowsPerWarp];
-#pragma unroll
-  for (int rr = 0; rr < kRowsPerWarp; ++rr)
-    raw[rr] = *reinterpret_cast<const ColPack<ST, E>*>(S + int64_t(r0 + rr) * K + lane * E);
-
-  // 2-3. tokens and history into shared memory
-  if constexpr (OP != kFold) prep_tokens<K>(p, t0, n, h, hv, warp, lane, sm);
+  // 2-3. tokens, values and history into shared memory
+  if constexpr (OP != kFold) {
+    prep_values(p, t0, n, hv, i0, sm);
+    prep_tokens<K>(p, t0, n, h, hv, warp, lane, sm);
+  }
   if constexpr (kHist) prep_history<K>(R, slot, h, hv, i0, V, w, rw, sm);
   __syncthreads();
 
@@ -284,7 +348,7 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
       lds_cols<E>(sm.k + a * K + lane * E, kk);
       lds_cols<E>(sm.q + a * K + lane * E, qq);
       const float beta = sm.beta[a];
-      const float vl = lane < kRowsPerWarp ? ld_any(p.v, tok * p.v_tok + int64_t(hv) * p.v_head + r0 + lane, p.act) : 0.f;
+      const float vl = lane < kRowsPerWarp ? sm.v[a * kRows + warp * kRowsPerWarp + lane] : 0.f;
       float o_mine = 0.f, d_mine = 0.f;
 #pragma unroll
       for (int rr = 0; rr < kRowsPerWarp; ++rr) {
