@@ -3,11 +3,15 @@
 // standard decode, the speculative verify, materialize / export_state. Semantics: the CPU kernels' run_per_channel
 // (src/cpu/gdn_*.cpp), which the tests compare these against.
 //
-// One kernel template, the op a template parameter. A CTA is one (row, v-head) and kRows = 32 of its state rows
-// (4 warps x 8 rows); a lane owns E = K / 32 consecutive columns of each of its warp's rows.
+// One kernel template, the op a template parameter. A CTA is one (row, v-head) and `passes` x kRows of its state rows
+// (kRows = 32 a pass: 4 warps x 8 rows; a lane owns E = K / 32 consecutive columns of each of its warp's rows). Steps 2-3
+// are paid once per CTA, so grids large enough take whole heads (choose_passes).
 //   1. The op's source state rows are loaded first (raw, converted later), as soon as the source slot is known, so the
-//      HBM reads overlap the prologue; every prologue load below is issued as raw bits before its conversion (the
-//      first version converted next to each load: ~20-50 dependent latencies per CTA, 50 % of copy at b512).
+//      HBM reads overlap the prologue (the first pass's into registers, the later passes' into L2, and on large grids
+//      the next pass's into shared memory by cp.async while the current pass computes); every prologue load
+//      below is issued as raw bits before its conversion, and the cursor's load overlaps the tokens' (the first version
+//      converted next to each load: ~20-50 dependent latencies per CTA, 50 % of copy at b512; the second, one pass
+//      per CTA with ~6 latencies, 38 % of copy for the append).
 //   2. Tokens: warp j % 4 prepares window token j (q, k L2-normalised, q scaled; g_c = -exp(A_log) softplus(a_c +
 //      bias_c), alpha_c = exp(g_c); beta) into shared memory.
 //   3. History (replay, verify, fold): thread c < K scans channel c's log-decays over the w committed ring tokens,
@@ -25,6 +29,8 @@
 #include <algorithm>
 #include <string>
 
+#include "cuda/bulk_copy.cuh"
+#include "cuda/env_choice.hpp"
 #include "cuda/gdn_common.cuh"
 #include "cuda/launch_util.cuh"
 #include "cuda/materialize_fold.cuh"
@@ -54,6 +60,8 @@ struct PcParams {
   int history = 0;             // kVerify
   int tokens_max = 1;          // window tokens a row may have (kVerify, kClassicSpec: the window; else 1 or 0)
   int hist_max = 0;            // ring tokens a history may have (shared-memory rows)
+  int passes = 1;              // kRows-row passes per CTA (choose_passes)
+  bool stage = true;           // passes > 1: the next pass's rows staged in shared memory by cp.async
   const int32_t* state_indices = nullptr; int64_t si_row = 0, si_col = 1;  // kClassicSpec
   const int32_t* num_accepted = nullptr; int64_t na_stride = 1;            // kClassicSpec
 };
@@ -100,17 +108,38 @@ __device__ __forceinline__ void round_to(float (&v)[E]) {
   for (int e = 0; e < E; ++e) v[e] = Traits<ST>::to_f(Traits<ST>::from_f(v[e]));
 }
 
-// The CTA's shared memory (fp32), sized by the host with the same formula (pc_smem_floats). gh holds the history's
-// prefix log-decays until kh is formed; v the window's values of the CTA's rows.
+// The CTA's shared memory (fp32), sized by the host with the same formula (pc_smem_floats); nr = the CTA's state rows.
+// gh holds the history's prefix log-decays until kh is formed; dh the d history and v the window's values of the
+// CTA's rows.
 struct PcSmem {
   float *q, *k, *al, *g, *beta, *kh, *gh, *dh, *tot, *v;
-  __device__ PcSmem(float* base, int nt, int hm, int K) {
+  __device__ PcSmem(float* base, int nt, int hm, int K, int nr) {
     q = base; k = q + nt * K; al = k + nt * K; g = al + nt * K;
-    kh = g + nt * K; gh = kh + hm * K; dh = gh + hm * K; tot = dh + hm * kRows; v = tot + K; beta = v + nt * kRows;
+    kh = g + nt * K; gh = kh + hm * K; dh = gh + hm * K; tot = dh + hm * nr; v = tot + K; beta = v + nt * nr;
   }
 };
-size_t pc_smem_floats(int nt, int hm, int K) {
-  return size_t(4 * nt + 2 * hm + 1) * K + size_t(hm + nt) * kRows + nt + 4;
+__host__ __device__ constexpr int pc_smem_floats(int nt, int hm, int K, int nr) {
+  return ((4 * nt + 2 * hm + 1) * K + (hm + nt) * nr + nt + 4 + 3) & ~3;  // a 16-byte multiple: the pass stage follows
+}
+
+// 4, 8 or 16 bytes global -> shared without holding a register (cp.async; .cg takes only 16).
+template <int B>
+__device__ __forceinline__ void cp_async_bytes(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if constexpr (B == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+  else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(gmem), "n"(B));
+}
+
+// Raw bits of a ring or activation value (f32 / bf16 / f16: CUDA takes no float64 activations, and the rings are f32
+// or the activation dtype), converted later by bits32_f: a conversion next to its load would wait for each in turn.
+__device__ __forceinline__ uint32_t ld_bits32(const void* base, int64_t i, DType t) {
+  if (t == DType::f32) return static_cast<const uint32_t*>(base)[i];
+  return static_cast<const uint16_t*>(base)[i];
+}
+__device__ __forceinline__ float bits32_f(uint32_t u, DType t) {
+  if (t == DType::f32) return __uint_as_float(u);
+  const uint16_t h = uint16_t(u);
+  return t == DType::bf16 ? __bfloat162float(__ushort_as_bfloat16(h)) : __half2float(__ushort_as_half(h));
 }
 
 // Warp `warp` prepares window tokens warp, warp + 4, ... (token t0 + j): the CPU's prep_token with per-channel gates.
@@ -160,83 +189,91 @@ __device__ __forceinline__ void prep_tokens(const GdnStepParams& p, int64_t t0, 
   }
 }
 
+// Loads of a CTA-wide run of [items x nr] values (the window's v, the d history): up to kRound a thread, issued
+// together, then stored converted. `at(j)` is item j's element offset of row 0.
+constexpr int kRound = 8;
+struct RowRun {
+  uint32_t b[kRound];
+  template <class At>
+  __device__ __forceinline__ void issue(const void* base, DType t, int first, int count, int nr, At at) {
+#pragma unroll
+    for (int u = 0; u < kRound; ++u) {
+      const int idx = first + u * int(blockDim.x);
+      b[u] = idx < count ? ld_bits32(base, at(idx / nr) + idx % nr, t) : 0u;
+    }
+  }
+  __device__ __forceinline__ void store(float* dst, DType t, int first, int count) const {
+#pragma unroll
+    for (int u = 0; u < kRound; ++u) {
+      const int idx = first + u * int(blockDim.x);
+      if (idx < count) dst[idx] = bits32_f(b[u], t);
+    }
+  }
+};
+
 // The history of w committed ring tokens at rw.pos(0..w): per-channel prefix sums, tot, decayed keys, the CTA's d rows.
-// Loads go out kHistBatch tokens at a time, converted only after the batch is issued (a load per dependent latency
-// made the first version's history ~2w + w / 4 latencies long).
-constexpr int kHistBatch = 8;
+// The d rows' first round and the g / k values go out together, kHistBatch tokens at a time (one batch at w <= 16),
+// converted only after the batch is issued.
+constexpr int kHistBatch = 16;
 template <int K>
-__device__ __forceinline__ void prep_history(const GdnRingParams& R, int slot, int h, int hv, int i0, int V, int w,
-                                             RingWalk rw, const PcSmem& s) {
-  const int RL = R.ring;
+__device__ __forceinline__ void prep_history(const GdnRingParams& R, int slot, int h, int hv, int i0, int nr, int V,
+                                             int w, RingWalk rw, const PcSmem& s) {
+  const int RL = R.ring, nt = blockDim.x;
+  const void* dr = cptr(R.d_ring, R.d_dtype, int64_t(slot) * R.dr_slot + (int64_t(hv) * RL) * V + i0);
+  const auto d_at = [&](int j) { return int64_t(rw.pos(j)) * V; };
+  const int nd = w * nr;
+  RowRun d0;
+  d0.issue(dr, R.d_dtype, threadIdx.x, nd, nr, d_at);
   const int c = threadIdx.x;  // blockDim = 128 >= K
   if (c < K) {
     const void* gr = cptr(R.g_ring, R.g_dtype, int64_t(slot) * R.gr_slot + (int64_t(hv) * RL) * K);
     const void* kr = cptr(R.k_ring, R.k_dtype, int64_t(slot) * R.kr_slot + (int64_t(h) * RL) * K);
     float G = 0.f;
     for (int j0 = 0; j0 < w; j0 += kHistBatch) {
-      uint64_t gb[kHistBatch], kb[kHistBatch];
+      uint32_t gb[kHistBatch], kb[kHistBatch];
 #pragma unroll
       for (int u = 0; u < kHistBatch; ++u) {
         const int64_t at = int64_t(rw.pos(j0 + u)) * K + c;
-        gb[u] = j0 + u < w ? ld_bits(gr, at, R.g_dtype) : 0;
-        kb[u] = j0 + u < w ? ld_bits(kr, at, R.k_dtype) : 0;
+        gb[u] = j0 + u < w ? ld_bits32(gr, at, R.g_dtype) : 0u;
+        kb[u] = j0 + u < w ? ld_bits32(kr, at, R.k_dtype) : 0u;
       }
 #pragma unroll
       for (int u = 0; u < kHistBatch; ++u)
         if (j0 + u < w) {
-          G += bits_f(gb[u], R.g_dtype);
+          G += bits32_f(gb[u], R.g_dtype);
           s.gh[(j0 + u) * K + c] = G;
-          s.kh[(j0 + u) * K + c] = bits_f(kb[u], R.k_dtype);
+          s.kh[(j0 + u) * K + c] = bits32_f(kb[u], R.k_dtype);
         }
     }
     s.tot[c] = w > 0 ? expf(G) : 1.f;
     for (int j = 0; j < w; ++j) s.kh[j * K + c] *= expf(G - s.gh[j * K + c]);  // the thread's own column: no barrier
   }
-  const void* dr = cptr(R.d_ring, R.d_dtype, int64_t(slot) * R.dr_slot + (int64_t(hv) * RL) * V);
-  const int nd = w * kRows, nt = blockDim.x;
-  for (int i = threadIdx.x; i < nd; i += 4 * nt) {
-    uint64_t db[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int idx = i + u * nt, j = idx / kRows, r = idx % kRows;
-      db[u] = idx < nd ? ld_bits(dr, int64_t(rw.pos(j)) * V + i0 + r, R.d_dtype) : 0;
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u)
-      if (i + u * nt < nd) s.dh[i + u * nt] = bits_f(db[u], R.d_dtype);
-  }
-}
-
-// The window's v values of the CTA's rows into shared memory (loads first, then conversions).
-__device__ __forceinline__ void prep_values(const GdnStepParams& p, int64_t t0, int n, int hv, int i0, const PcSmem& s) {
-  const int nv = n * kRows, nt = blockDim.x;
-  for (int i = threadIdx.x; i < nv; i += 2 * nt) {
-    uint64_t vb[2];
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const int idx = i + u * nt, a = idx / kRows, r = idx % kRows;
-      vb[u] = idx < nv ? ld_bits(p.v, (t0 + a) * p.v_tok + int64_t(hv) * p.v_head + i0 + r, p.act) : 0;
-    }
-#pragma unroll
-    for (int u = 0; u < 2; ++u)
-      if (i + u * nt < nv) s.v[i + u * nt] = bits_f(vb[u], p.act);
+  d0.store(s.dh, R.d_dtype, threadIdx.x, nd);
+  for (int first = threadIdx.x + kRound * nt; first < nd; first += kRound * nt) {
+    RowRun d;
+    d.issue(dr, R.d_dtype, first, nd, nr, d_at);
+    d.store(s.dh, R.d_dtype, first, nd);
   }
 }
 
 // At least 4 CTAs per SM (<= 128 registers): without the bound ptxas gave the verify and classic speculative instances
 // 152-168 registers (3 CTAs per SM); with it 106-120, no spills (ptxas, nvcc 13.0).
+// A CTA takes P.passes x kRows rows of its v-head, kRows a pass: the prologue (tokens, history) is paid once for all
+// of them, and the later passes' checkpoint rows are prefetched into L2 as soon as the slot is known, so their HBM reads
+// overlap the prologue without holding registers.
 template <class ST, int K, int OP>
 __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P) {
   constexpr int E = K / 32;
   constexpr bool kHist = OP == kReplay || OP == kVerify || OP == kFold;
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;
-  const int row = blockIdx.z, hv = blockIdx.y, i0 = blockIdx.x * kRows;
+  const int passes = P.passes, nr = kRows * passes;
+  const int row = blockIdx.z, hv = blockIdx.y, i0 = blockIdx.x * nr;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int V = p.head_v_dim, h = hv / (p.v_heads / p.k_heads), r0 = i0 + warp * kRowsPerWarp;
+  const int V = p.head_v_dim, h = hv / (p.v_heads / p.k_heads);
   const int64_t VK = int64_t(V) * K;
   extern __shared__ __align__(16) float s_dyn[];
-  const PcSmem sm(s_dyn, P.tokens_max, P.hist_max, K);
+  const PcSmem sm(s_dyn, P.tokens_max, P.hist_max, K, nr);
 
   // The row: its source state slot, window tokens [t0, t0 + n), history w (CTA-uniform checks: nothing is written for
   // a padding row, an empty window or a corrupt cursor).
@@ -247,15 +284,36 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
   int64_t fo_off = 0;
   bool flush = false;
   const int32_t* si = nullptr;
-  // 1. the source rows, raw: issued as soon as the source slot is known (before the cursor's checks), so the HBM reads
-  // overlap everything up to the first conversion
+  // 1. the source rows, raw: the first pass's issued as soon as the source slot is known (before the cursor's checks),
+  // so the HBM reads overlap everything up to the first conversion; the later passes' into L2
   ST* S = nullptr;
   ColPack<ST, E> raw[kRowsPerWarp];
-  auto load_source = [&] {
-    S = static_cast<ST*>(p.state) + int64_t(src) * p.state_slot + int64_t(hv) * VK;
+  auto load_pass = [&](int pass) {
+    const int r0 = i0 + pass * kRows + warp * kRowsPerWarp;
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr)
       raw[rr] = *reinterpret_cast<const ColPack<ST, E>*>(S + int64_t(r0 + rr) * K + lane * E);
+  };
+  // passes > 1 with P.stage: pass q + 1's rows go to shared memory (cp.async, the lane's own bytes: it alone reads them
+  // back, so no barrier) while pass q computes; one buffer, refilled once pass q's rows are in registers.
+  ST* const stage = reinterpret_cast<ST*>(s_dyn + pc_smem_floats(P.tokens_max, P.hist_max, K, nr)) + warp * kRowsPerWarp * K;
+  const bool staged = passes > 1 && P.stage;
+  auto stage_pass = [&](int pass) {
+    const int r0 = i0 + pass * kRows + warp * kRowsPerWarp;
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerWarp; ++rr)
+      cp_async_bytes<int(sizeof(ColPack<ST, E>))>(stage + rr * K + lane * E, S + int64_t(r0 + rr) * K + lane * E);
+    cp_async_commit();
+  };
+  auto load_source = [&] {
+    S = static_cast<ST*>(p.state) + int64_t(src) * p.state_slot + int64_t(hv) * VK;
+    load_pass(0);
+    if (lane >= (staged ? 2 : 1) && lane < passes)  // the warp's rows of pass `lane` into L2: 8 x K contiguous values
+      prefetch_l2(S + int64_t(i0 + lane * kRows + warp * kRowsPerWarp) * K, unsigned(kRowsPerWarp * K * sizeof(ST)));
+    if (staged) stage_pass(1);
+  };
+  auto drain = [&] {  // a CTA leaving after load_source lets its copies land first
+    if (staged) cp_async_wait_group<0>();
   };
   if constexpr (OP == kClassicSpec) {
     si = P.state_indices + int64_t(row) * P.si_row;
@@ -268,166 +326,235 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
     if (src < 0 || src >= p.slots) return;
     load_source();
   } else {
+    int q0 = 0, q1 = 0;
+    if constexpr (OP == kVerify) {  // issued with the slot's load
+      q0 = P.qsl[row];
+      q1 = P.qsl[row + 1];
+    }
     slot = p.slot_idx[int64_t(row) * p.slot_idx_stride];
     if (slot < 0 || slot >= p.slots) return;
     src = slot;
     load_source();
     const int32_t* cur = R.cursor + int64_t(slot) * R.cursor_slot;
     if constexpr (OP == kReplay) {
-      w = cur[0];
-      if (w < 0 || w >= R.ring) return;
-      flush = w == R.ring - 1;
+      w = cur[0];  // checked after the tokens: the cursor's load overlaps theirs
     } else if constexpr (OP == kVerify) {
       w = cur[0];
       rw = RingWalk{cur[1], R.ring - 1};
-      t0 = P.qsl[row];
-      n = P.qsl[row + 1] - int(t0);
-      if (n <= 0 || n > P.tokens_max || w < 0 || w + n > R.ring || rw.origin < 0 || rw.origin >= R.ring) return;
-      flush = w + P.tokens_max > P.history;  // strict early flush: the CPU's w + 2T > history + T
+      t0 = q0;
+      n = q1 - q0;
+      if (n <= 0 || n > P.tokens_max) return drain();
     } else if constexpr (OP == kFold) {
       n = 0;
-      if (!fold_row_setup(P.dst, cur, row, slot, R.ring, p.state, p.state_dtype, p.state_slot, w, rw, fo, fo_off)) return;
+      if (!fold_row_setup(P.dst, cur, row, slot, R.ring, p.state, p.state_dtype, p.state_slot, w, rw, fo, fo_off))
+        return drain();
     }
   }
 
-  // 2-3. tokens, values and history into shared memory
+  // 2-3. tokens, values and history into shared memory (the values' loads go out before the tokens')
   if constexpr (OP != kFold) {
-    prep_values(p, t0, n, hv, i0, sm);
+    const void* vb = cptr(p.v, p.act, int64_t(hv) * p.v_head + i0);
+    const auto v_at = [&](int a) { return (t0 + a) * p.v_tok; };
+    const int nv = n * nr;
+    RowRun v0;
+    v0.issue(vb, p.act, threadIdx.x, nv, nr, v_at);
     prep_tokens<K>(p, t0, n, h, hv, warp, lane, sm);
+    v0.store(sm.v, p.act, threadIdx.x, nv);
+    for (int first = threadIdx.x + kRound * blockDim.x; first < nv; first += kRound * blockDim.x) {
+      RowRun v1;
+      v1.issue(vb, p.act, first, nv, nr, v_at);
+      v1.store(sm.v, p.act, first, nv);
+    }
   }
-  if constexpr (kHist) prep_history<K>(R, slot, h, hv, i0, V, w, rw, sm);
+  if constexpr (OP == kReplay) {
+    if (w < 0 || w >= R.ring) return drain();
+    flush = w == R.ring - 1;
+  } else if constexpr (OP == kVerify) {
+    if (w < 0 || w + n > R.ring || rw.origin < 0 || rw.origin >= R.ring) return drain();
+    flush = w + P.tokens_max > P.history;  // strict early flush: the CPU's w + 2T > history + T
+  }
+  if constexpr (kHist) prep_history<K>(R, slot, h, hv, i0, nr, V, w, rw, sm);
   __syncthreads();
 
-  // 4. fold
-  float s[kRowsPerWarp][E];
+  void* dr = nullptr;
+  if constexpr (OP == kReplay || OP == kVerify)
+    dr = mptr(R.d_ring, R.d_dtype, int64_t(slot) * R.dr_slot + (int64_t(hv) * R.ring) * V);
+  for (int pass = 0; pass < passes; ++pass) {
+    const int lr0 = pass * kRows + warp * kRowsPerWarp, r0 = i0 + lr0;  // the warp's rows: CTA-local, in the head
+    if (pass > 0) {
+      if (staged) {
+        cp_async_wait_group<0>();
 #pragma unroll
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) unpack_cols(raw[rr], s[rr]);
-  if constexpr (kHist) {
-    float tot[E];
-    lds_cols<E>(sm.tot + lane * E, tot);
+        for (int rr = 0; rr < kRowsPerWarp; ++rr) raw[rr] = *reinterpret_cast<const ColPack<ST, E>*>(stage + rr * K + lane * E);
+      } else {
+        load_pass(pass);
+      }
+    }
+    // 4. fold
+    float s[kRowsPerWarp][E];
 #pragma unroll
-    for (int rr = 0; rr < kRowsPerWarp; ++rr)
+    for (int rr = 0; rr < kRowsPerWarp; ++rr) unpack_cols(raw[rr], s[rr]);
+    if (staged && pass > 0 && pass + 1 < passes) stage_pass(pass + 1);  // the buffer's bytes are in s now (pass 1: staged
+                                                                         // by load_source)
+    if constexpr (kHist) {
+      float tot[E];
+      lds_cols<E>(sm.tot + lane * E, tot);
 #pragma unroll
-      for (int e = 0; e < E; ++e) s[rr][e] *= tot[e];
-    for (int j = 0; j < w; ++j) {
-      float kv[E];
-      lds_cols<E>(sm.kh + j * K + lane * E, kv);
-      const float* f = sm.dh + j * kRows + warp * kRowsPerWarp;
+      for (int rr = 0; rr < kRowsPerWarp; ++rr)
 #pragma unroll
-      for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-        const float fr = f[rr];
+        for (int e = 0; e < E; ++e) s[rr][e] *= tot[e];
+      for (int j = 0; j < w; ++j) {
+        float kv[E];
+        lds_cols<E>(sm.kh + j * K + lane * E, kv);
+        const float* f = sm.dh + j * nr + lr0;
 #pragma unroll
-        for (int e = 0; e < E; ++e) s[rr][e] = fmaf(fr, kv[e], s[rr][e]);
+        for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+          const float fr = f[rr];
+#pragma unroll
+          for (int e = 0; e < E; ++e) s[rr][e] = fmaf(fr, kv[e], s[rr][e]);
+        }
+      }
+    }
+    if constexpr (OP == kFold) {
+#pragma unroll
+      for (int rr = 0; rr < kRowsPerWarp; ++rr)
+        store_cols_any<E>(fo.D, fo.dt, fo_off + int64_t(hv) * VK + int64_t(r0 + rr) * K + lane * E, s[rr]);
+      continue;
+    } else {
+      if constexpr (OP == kVerify) {
+        if (flush && w > 0) {  // the folded history is the new checkpoint; the window runs from the stored value
+#pragma unroll
+          for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+            store_cols(S + int64_t(r0 + rr) * K + lane * E, s[rr]);
+            round_to<ST, E>(s[rr]);
+          }
+        }
+      }
+
+      // the window's tokens through the per-channel step; lane rr < 8 keeps row r0 + rr's output and d
+      for (int a = 0; a < n; ++a) {
+        const int64_t tok = t0 + a;
+        float al[E], kk[E], qq[E];
+        lds_cols<E>(sm.al + a * K + lane * E, al);
+        lds_cols<E>(sm.k + a * K + lane * E, kk);
+        lds_cols<E>(sm.q + a * K + lane * E, qq);
+        const float beta = sm.beta[a];
+        const float vl = lane < kRowsPerWarp ? sm.v[a * nr + lr0 + lane] : 0.f;
+        float o_mine = 0.f, d_mine = 0.f;
+#pragma unroll
+        for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+          float dk = 0.f;
+#pragma unroll
+          for (int e = 0; e < E; ++e) {
+            s[rr][e] *= al[e];
+            dk = fmaf(s[rr][e], kk[e], dk);
+          }
+          dk = group_sum(dk, 32);
+          const float d = beta * (__shfl_sync(0xffffffffu, vl, rr) - dk);
+          float o = 0.f;
+#pragma unroll
+          for (int e = 0; e < E; ++e) {
+            s[rr][e] = fmaf(d, kk[e], s[rr][e]);
+            o = fmaf(s[rr][e], qq[e], o);
+          }
+          o = group_sum(o, 32);
+          if (lane == rr) {
+            o_mine = o;
+            d_mine = d;
+          }
+        }
+        if (lane < kRowsPerWarp) {
+          st_any(p.out, tok * p.out_tok + int64_t(hv) * p.out_head + r0 + lane, p.out_dtype, o_mine);
+          if constexpr (OP == kReplay) {
+            if (!flush) st_any(dr, int64_t(w) * V + r0 + lane, R.d_dtype, d_mine);
+          } else if constexpr (OP == kVerify) {
+            st_any(dr, int64_t(rw.pos(w + a)) * V + r0 + lane, R.d_dtype, d_mine);
+          }
+        }
+        if constexpr (OP == kClassicSpec) {  // the carried state rounded as if re-read; written where the row asks
+          const int dst = si[int64_t(a) * P.si_col];
+#pragma unroll
+          for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+            round_to<ST, E>(s[rr]);
+            if (dst >= 0 && dst < p.slots)
+              store_cols(static_cast<ST*>(p.state) + int64_t(dst) * p.state_slot + int64_t(hv) * VK +
+                             int64_t(r0 + rr) * K + lane * E,
+                         s[rr]);
+          }
+        }
+      }
+      if (OP == kClassic || (OP == kReplay && flush)) {
+#pragma unroll
+        for (int rr = 0; rr < kRowsPerWarp; ++rr) store_cols(S + int64_t(r0 + rr) * K + lane * E, s[rr]);
       }
     }
   }
-  if constexpr (OP == kFold) {
-#pragma unroll
-    for (int rr = 0; rr < kRowsPerWarp; ++rr)
-      store_cols_any<E>(fo.D, fo.dt, fo_off + int64_t(hv) * VK + int64_t(r0 + rr) * K + lane * E, s[rr]);
-    return;
-  } else {
-    if constexpr (OP == kVerify) {
-      if (flush && w > 0) {  // the folded history is the new checkpoint; the window runs from the stored value
-#pragma unroll
-        for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-          store_cols(S + int64_t(r0 + rr) * K + lane * E, s[rr]);
-          round_to<ST, E>(s[rr]);
-        }
-      }
-    }
-
-    // the window's tokens through the per-channel step; lane rr < 8 keeps row r0 + rr's output and d
-    void* dr = nullptr;
-    if constexpr (OP == kReplay || OP == kVerify)
-      dr = mptr(R.d_ring, R.d_dtype, int64_t(slot) * R.dr_slot + (int64_t(hv) * R.ring) * V);
-    for (int a = 0; a < n; ++a) {
-      const int64_t tok = t0 + a;
-      float al[E], kk[E], qq[E];
-      lds_cols<E>(sm.al + a * K + lane * E, al);
-      lds_cols<E>(sm.k + a * K + lane * E, kk);
-      lds_cols<E>(sm.q + a * K + lane * E, qq);
-      const float beta = sm.beta[a];
-      const float vl = lane < kRowsPerWarp ? sm.v[a * kRows + warp * kRowsPerWarp + lane] : 0.f;
-      float o_mine = 0.f, d_mine = 0.f;
-#pragma unroll
-      for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-        float dk = 0.f;
-#pragma unroll
-        for (int e = 0; e < E; ++e) {
-          s[rr][e] *= al[e];
-          dk = fmaf(s[rr][e], kk[e], dk);
-        }
-        dk = group_sum(dk, 32);
-        const float d = beta * (__shfl_sync(0xffffffffu, vl, rr) - dk);
-        float o = 0.f;
-#pragma unroll
-        for (int e = 0; e < E; ++e) {
-          s[rr][e] = fmaf(d, kk[e], s[rr][e]);
-          o = fmaf(s[rr][e], qq[e], o);
-        }
-        o = group_sum(o, 32);
-        if (lane == rr) {
-          o_mine = o;
-          d_mine = d;
-        }
-      }
-      if (lane < kRowsPerWarp) {
-        st_any(p.out, tok * p.out_tok + int64_t(hv) * p.out_head + r0 + lane, p.out_dtype, o_mine);
-        if constexpr (OP == kReplay) {
-          if (!flush) st_any(dr, int64_t(w) * V + r0 + lane, R.d_dtype, d_mine);
-        } else if constexpr (OP == kVerify) {
-          st_any(dr, int64_t(rw.pos(w + a)) * V + r0 + lane, R.d_dtype, d_mine);
-        }
-      }
-      if constexpr (OP == kClassicSpec) {  // the carried state rounded as if re-read; written where the row asks
-        const int dst = si[int64_t(a) * P.si_col];
-#pragma unroll
-        for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-          round_to<ST, E>(s[rr]);
-          if (dst >= 0 && dst < p.slots)
-            store_cols(static_cast<ST*>(p.state) + int64_t(dst) * p.state_slot + int64_t(hv) * VK + int64_t(r0 + rr) * K +
-                           lane * E,
-                       s[rr]);
-        }
-      }
-    }
-    if (OP == kClassic || (OP == kReplay && flush)) {
-#pragma unroll
-      for (int rr = 0; rr < kRowsPerWarp; ++rr) store_cols(S + int64_t(r0 + rr) * K + lane * E, s[rr]);
-    }
-    // the window's g and k to the rings (one CTA per v-head; k by the group's first v-head)
-    if constexpr (OP == kReplay || OP == kVerify) {
-      if (blockIdx.x == 0 && !(OP == kReplay && flush) && int(threadIdx.x) < K) {
-        const int c = threadIdx.x;
-        void* gr = mptr(R.g_ring, R.g_dtype, int64_t(slot) * R.gr_slot + (int64_t(hv) * R.ring) * K);
-        void* kr = mptr(R.k_ring, R.k_dtype, int64_t(slot) * R.kr_slot + (int64_t(h) * R.ring) * K);
-        for (int a = 0; a < n; ++a) {
-          const int pos = OP == kReplay ? w : rw.pos(w + a);
-          st_any(gr, int64_t(pos) * K + c, R.g_dtype, sm.g[a * K + c]);
-          if (hv % (p.v_heads / p.k_heads) == 0) st_any(kr, int64_t(pos) * K + c, R.k_dtype, sm.k[a * K + c]);
-        }
+  // the window's g and k to the rings (one CTA per v-head; k by the group's first v-head)
+  if constexpr (OP == kReplay || OP == kVerify) {
+    if (blockIdx.x == 0 && !(OP == kReplay && flush) && int(threadIdx.x) < K) {
+      const int c = threadIdx.x;
+      void* gr = mptr(R.g_ring, R.g_dtype, int64_t(slot) * R.gr_slot + (int64_t(hv) * R.ring) * K);
+      void* kr = mptr(R.k_ring, R.k_dtype, int64_t(slot) * R.kr_slot + (int64_t(h) * R.ring) * K);
+      for (int a = 0; a < n; ++a) {
+        const int pos = OP == kReplay ? w : rw.pos(w + a);
+        st_any(gr, int64_t(pos) * K + c, R.g_dtype, sm.g[a * K + c]);
+        if (hv % (p.v_heads / p.k_heads) == 0) st_any(kr, int64_t(pos) * K + c, R.k_dtype, sm.k[a * K + c]);
       }
     }
   }
 }
 
+// Passes per CTA (P.passes x kRows rows): the prologue (tokens, history) is paid once per CTA, so more passes amortise
+// it, but the grid must still hold >= 3 CTAs an SM (4 fit). Measured (twenty-sixth session, H100, Qwen3.5-4B fp32 state,
+// docs/notes-gdn-cuda.md): the ring ops take whole heads wherever the grid allows (append b8 22.2 -> 16.9 us with 2
+// passes, b64 / b512 -38 / -41 % with 4), the classic step up to 2 (b8 -5 %, b64 -1 %, b512 equal; 4 is 7-10 % slower
+// at b64 / b512), the classic speculative path none (2 passes +6-10 %, 4 +17 %: its per-token state stores).
+// REPLAYSSM_GDN_PC_PASSES=1|2|4 forces min(that, V / kRows) for every op (A/B and the tests).
+int choose_passes(int op, int64_t rows, int v_heads, int V) {
+  const int chunks = V / kRows;  // 2 or 4: a power of two
+  const int forced = env_choice("REPLAYSSM_GDN_PC_PASSES", {"1", "2", "4"});
+  if (forced >= 0) return std::min(1 << forced, chunks);
+  const int cap = std::min(op == kClassicSpec ? 1 : op == kClassic ? 2 : chunks, chunks);
+  const int64_t target = int64_t(sm_count()) * 3;
+  int best = 1;
+  for (int f = 2; f <= cap; f *= 2)
+    if (rows * v_heads * (chunks / f) >= target) best = f;
+  return best;
+}
+
+// CTAs an SM that `smem` bytes of dynamic shared memory allow (at most the 4 of the register bound): 228 KB an SM, 1 KB
+// reserved a CTA (sm_90).
+int ctas_by_smem(size_t smem) {
+  return int(std::min<size_t>(4, (228u << 10) / (smem + (1u << 10))));
+}
+
 template <int OP>
-void launch_pc(const PcParams& P, Stream stream, const char* what) {
+void launch_pc(PcParams P, Stream stream, const char* what) {
   const GdnStepParams& p = P.step;
   if (p.rows <= 0) return;
   if (p.rows > 65535) throw Error("slot_idx", "the CUDA kernels take at most 65535 rows per launch");
   if (p.head_v_dim % kRows != 0)
     throw Error("geo", "head_v_dim must be a multiple of " + std::to_string(kRows) + ", got " + std::to_string(p.head_v_dim));
+  P.passes = choose_passes(OP, p.rows, p.v_heads, p.head_v_dim);
+  const int64_t grid_ctas = int64_t(p.rows) * p.v_heads * (p.head_v_dim / (kRows * P.passes));
+  const int forced_stage = env_choice("REPLAYSSM_GDN_PC_STAGE", {"0", "1"});
   auto st = static_cast<cudaStream_t>(stream);
   with_float_type(p.state_dtype, "state", [&](auto sd) {
     using ST = decltype(sd);
     gdn::with_head_k(p.head_k_dim, [&](auto kc) {
       constexpr int K = decltype(kc)::value;
       auto* kernel = gdn_pc_kernel<ST, K, OP>;
-      const size_t smem = pc_smem_floats(P.tokens_max, P.hist_max, K) * sizeof(float);
+      const size_t base = size_t(pc_smem_floats(P.tokens_max, P.hist_max, K, kRows * P.passes)) * sizeof(float);
+      const size_t stage_bytes = size_t(kRows) * K * sizeof(ST);
+      // The stage buffer where the grid has >= 2 waves of 4 CTAs an SM and it costs no CTA an SM (twenty-sixth session,
+      // H100, runs 4-5: b512 append -8 %, flush -4 %, classic -3.5 %, b64 -1 to -3 %; but at batch 8, under a wave,
+      // append +4-10 % and flush +14 %, and the b8 verify lost a CTA an SM to it: +36 %).
+      const bool big_grid = grid_ctas >= int64_t(sm_count()) * 4 * 2;
+      P.stage = P.passes > 1 && (forced_stage >= 0 ? forced_stage == 1
+                                                   : big_grid && ctas_by_smem(base + stage_bytes) == ctas_by_smem(base));
+      const size_t smem = base + (P.stage ? stage_bytes : 0);
       allow_dynamic_smem(kernel, smem, what);
-      const dim3 grid(unsigned(p.head_v_dim / kRows), unsigned(p.v_heads), unsigned(p.rows));
+      const dim3 grid(unsigned(p.head_v_dim / (kRows * P.passes)), unsigned(p.v_heads), unsigned(p.rows));
       kernel<<<grid, dim3(32 * kWarps), smem, st>>>(P);
     });
   });
