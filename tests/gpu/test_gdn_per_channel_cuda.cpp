@@ -187,40 +187,42 @@ TEST(CudaGdnPerChannel, MaterializeAndExportMatchCpu) {
       }
 }
 
-// Several kRows-row passes per CTA (choose_passes picks them only for grids of >= 2 waves, which the cases above do not
-// reach): every op with 2 and 4 passes forced, head_v_dim 128 (4 row chunks) and 64 (2), fill levels and flushes.
+// Several kRows-row passes per CTA, with and without the next pass staged in shared memory (choose_passes and the stage
+// rule pick them only for larger grids than the cases above): every op with 2 and 4 passes forced, head_v_dim 128 (4 row
+// chunks) and 64 (2), fill levels and flushes.
 TEST(CudaGdnPerChannel, ForcedPassesEveryOp) {
   NEED_GPU();
-  for (const char* passes : {"2", "4"}) {
-    const ScopedEnv env("REPLAYSSM_GDN_PC_PASSES", passes);
-    SCOPED_TRACE(std::string("passes ") + passes);
-    for (const GdnGeometry& geo : {GdnGeometry{2, 4, 64, 128}, GdnGeometry{2, 4, 128, 64}}) {
-      SCOPED_TRACE(geo.to_string());
-      Cfg c;
-      c.per_channel = true; c.geo = geo; c.L = 8; c.steps = 19; c.stagger = true; c.seed = 1900 + int(geo.head_v_dim);
-      EXPECT_GT(expect_replay(c, "passes").flushes, 0);
-      expect_classic(geo, DType::f32, DType::bf16, 1910);
-      expect_classic(geo, DType::bf16, DType::f32, 1911);
-      expect_classic_spec(geo, 4, DType::f32, DType::bf16, 1920, true);
-      const SpecCase& sp = kSpecStreamCases[2];  // window 8: two tokens per warp
-      Cfg sc;
-      sc.per_channel = true; sc.geo = geo; sc.sd = sp.sd; sc.ad = sp.ad; sc.rd = sp.rd; sc.spec = {sp.history, sp.window};
-      sc.steps = sp.steps; sc.ids = {4, -1, 1, 2}; sc.slots = 6; sc.seed = 1930;
-      const Stats s = spec_stream(sc);
-      std::printf("  [per-channel spec, %s passes] out %.2e (cpu %.2e) ckpt %.2e flushes %d\n", passes, s.out_ref,
-                  s.out_cpu, s.ck_ref, s.flushes);
-      expect_spec_stream_ok(s, sp);
-      Filled f = fill_rings(geo, DType::f32, DType::bf16, DType::f32, 8, true, 1940);
-      DevCaches d(f.c);
-      DeviceTensor ids(f.slot_idx);
-      G::materialize({geo, d.view(), ids.view()});
-      d.down();
-      G::materialize({geo, f.c.view(), f.slot_idx.view()});
-      double worst = 0;
-      for (int sl : f.batch_slots) worst = std::max(worst, max_err(slot_values(d.ck->h, sl), slot_values(f.c.checkpoint, sl)));
-      EXPECT_LE(worst, state_round_tol(DType::f32));
+  for (const char* stage : {"0", "1"})
+    for (const char* passes : {"2", "4"}) {
+      const ScopedEnv env("REPLAYSSM_GDN_PC_PASSES", passes), st("REPLAYSSM_GDN_PC_STAGE", stage);
+      SCOPED_TRACE(std::string("passes ") + passes + ", stage " + stage);
+      for (const GdnGeometry& geo : {GdnGeometry{2, 4, 64, 128}, GdnGeometry{2, 4, 128, 64}}) {
+        SCOPED_TRACE(geo.to_string());
+        Cfg c;
+        c.per_channel = true; c.geo = geo; c.L = 8; c.steps = 19; c.stagger = true; c.seed = 1900 + int(geo.head_v_dim);
+        EXPECT_GT(expect_replay(c, "passes").flushes, 0);
+        expect_classic(geo, DType::f32, DType::bf16, 1910);
+        expect_classic(geo, DType::bf16, DType::f32, 1911);
+        expect_classic_spec(geo, 4, DType::f32, DType::bf16, 1920, true);
+        const SpecCase& sp = kSpecStreamCases[2];  // window 8: two tokens per warp
+        Cfg sc;
+        sc.per_channel = true; sc.geo = geo; sc.sd = sp.sd; sc.ad = sp.ad; sc.rd = sp.rd; sc.spec = {sp.history, sp.window};
+        sc.steps = sp.steps; sc.ids = {4, -1, 1, 2}; sc.slots = 6; sc.seed = 1930;
+        const Stats s = spec_stream(sc);
+        std::printf("  [per-channel spec, %s passes] out %.2e (cpu %.2e) ckpt %.2e flushes %d\n", passes, s.out_ref,
+                    s.out_cpu, s.ck_ref, s.flushes);
+        expect_spec_stream_ok(s, sp);
+        Filled f = fill_rings(geo, DType::f32, DType::bf16, DType::f32, 8, true, 1940);
+        DevCaches d(f.c);
+        DeviceTensor ids(f.slot_idx);
+        G::materialize({geo, d.view(), ids.view()});
+        d.down();
+        G::materialize({geo, f.c.view(), f.slot_idx.view()});
+        double worst = 0;
+        for (int sl : f.batch_slots) worst = std::max(worst, max_err(slot_values(d.ck->h, sl), slot_values(f.c.checkpoint, sl)));
+        EXPECT_LE(worst, state_round_tol(DType::f32));
+      }
     }
-  }
 }
 
 // A small case of every per-channel op for compute-sanitizer (gpu-check's SAN_FILTER).
