@@ -64,7 +64,7 @@ struct PcParams {
 };
 
 // At least 4 CTAs per SM (<= 128 registers): without the bound ptxas gave the verify and classic speculative instances
-// 152-168 registers (3 CTAs per SM); with it 106-120, no spills (ptxas, nvcc 13.0).
+// 152-168 registers (3 CTAs per SM); with it 74-128 (the passes added some), no spills (ptxas, nvcc 13.0).
 // A CTA takes P.passes x kRows rows of its v-head, kRows a pass: the prologue (tokens, history) is paid once for all
 // of them, and the later passes' checkpoint rows are prefetched into L2 as soon as the slot is known, so their HBM reads
 // overlap the prologue without holding registers.
