@@ -167,11 +167,7 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
     v0.issue(vb, p.act, threadIdx.x, nv, nr, v_at);
     prep_tokens<K>(p, t0, n, h, hv, warp, lane, sm);
     v0.store(sm.v, p.act, threadIdx.x, nv);
-    for (int first = threadIdx.x + kRound * blockDim.x; first < nv; first += kRound * blockDim.x) {
-      RowRun v1;
-      v1.issue(vb, p.act, first, nv, nr, v_at);
-      v1.store(sm.v, p.act, first, nv);
-    }
+    RowRun::copy_rest(vb, p.act, sm.v, nv, nr, v_at);
   }
   if constexpr (OP == kReplay) {
     if (w < 0 || w >= R.ring) return drain();

@@ -72,12 +72,15 @@ __host__ __device__ constexpr int pc_smem_floats(int nt, int hm, int K, int nr) 
   return ((4 * nt + 2 * hm + 1) * K + (hm + nt) * nr + nt + 4 + 3) & ~3;  // a 16-byte multiple: the pass stage follows
 }
 
-// 4, 8 or 16 bytes global -> shared without holding a register (cp.async; .cg takes only 16).
+// 4, 8 or 16 bytes global -> shared without holding a register (cp.async; 16: common.cuh's cp_async16, .cg).
 template <int B>
 __device__ __forceinline__ void cp_async_bytes(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  if constexpr (B == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-  else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(gmem), "n"(B));
+  if constexpr (B == 16) {
+    cp_async16(smem, gmem);
+  } else {
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(gmem), "n"(B));
+  }
 }
 
 // Raw bits of a ring or activation value (f32 / bf16 / f16: CUDA takes no float64 activations, and the rings are f32
@@ -159,6 +162,15 @@ struct RowRun {
       if (idx < count) dst[idx] = bits32_f(b[u], t);
     }
   }
+  // The rounds after the first (which the caller issued early and stored): each issued, then stored.
+  template <class At>
+  static __device__ __forceinline__ void copy_rest(const void* base, DType t, float* dst, int count, int nr, At at) {
+    for (int first = threadIdx.x + kRound * int(blockDim.x); first < count; first += kRound * int(blockDim.x)) {
+      RowRun r;
+      r.issue(base, t, first, count, nr, at);
+      r.store(dst, t, first, count);
+    }
+  }
 };
 
 // The history of w committed ring tokens at rw.pos(0..w): per-channel prefix sums, tot, decayed keys, the CTA's d rows.
@@ -168,7 +180,7 @@ constexpr int kHistBatch = 16;
 template <int K>
 __device__ __forceinline__ void prep_history(const GdnRingParams& R, int slot, int h, int hv, int i0, int nr, int V,
                                              int w, RingWalk rw, const PcSmem& s) {
-  const int RL = R.ring, nt = blockDim.x;
+  const int RL = R.ring;
   const void* dr = cptr(R.d_ring, R.d_dtype, int64_t(slot) * R.dr_slot + (int64_t(hv) * RL) * V + i0);
   const auto d_at = [&](int j) { return int64_t(rw.pos(j)) * V; };
   const int nd = w * nr;
@@ -199,11 +211,7 @@ __device__ __forceinline__ void prep_history(const GdnRingParams& R, int slot, i
     for (int j = 0; j < w; ++j) s.kh[j * K + c] *= expf(G - s.gh[j * K + c]);  // the thread's own column: no barrier
   }
   d0.store(s.dh, R.d_dtype, threadIdx.x, nd);
-  for (int first = threadIdx.x + kRound * nt; first < nd; first += kRound * nt) {
-    RowRun d;
-    d.issue(dr, R.d_dtype, first, nd, nr, d_at);
-    d.store(s.dh, R.d_dtype, first, nd);
-  }
+  RowRun::copy_rest(dr, R.d_dtype, s.dh, nd, nr, d_at);
 }
 
 }  // namespace replayssm::cuda::gdn_pc
