@@ -59,6 +59,7 @@ struct PcParams {
   int hist_max = 0;            // ring tokens a history may have (shared-memory rows)
   int passes = 1;              // kRows-row passes per CTA (choose_passes)
   bool stage = true;           // passes > 1: the next pass's rows staged in shared memory by cp.async
+  bool append_dots = false;    // kReplay: the append's output from two dots a row (no fold; default, REPLAYSSM_GDN_PC_APPEND)
   const int32_t* state_indices = nullptr; int64_t si_row = 0, si_col = 1;  // kClassicSpec
   const int32_t* num_accepted = nullptr; int64_t na_stride = 1;            // kClassicSpec
 };
@@ -179,6 +180,43 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
   if constexpr (kHist) prep_history<K>(R, slot, h, hv, i0, nr, V, w, rw, sm);
   __syncthreads();
 
+  // The append by dots (kReplay, not a flush): with s = S0 o tot + sum_j d_j kh_j and the step's s o alpha,
+  //   s.k  = S0 . (tot o alpha o k) + sum_j d_j (kh_j o alpha) . k,   o = S0 . (tot o alpha o q) + sum_j d_j (kh_j o alpha) . q
+  //   + d (k . q): two dots a state row against CTA vectors (ua, uq, in registers) and w scalars a row (c_j, cq_j, in the
+  // free gh rows) instead of the fold's w FMAs a value; the state after the step is never formed.
+  const bool dots = OP == kReplay && !flush && P.append_dots;
+  float ua[E], uq[E], kq = 0.f;
+  if (dots) {
+    float tot[E], al[E], kk[E], qq[E];
+    lds_cols<E>(sm.tot + lane * E, tot);
+    lds_cols<E>(sm.al + lane * E, al);
+    lds_cols<E>(sm.k + lane * E, kk);
+    lds_cols<E>(sm.q + lane * E, qq);
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      ua[e] = tot[e] * al[e] * kk[e];
+      uq[e] = tot[e] * al[e] * qq[e];
+      kq = fmaf(kk[e], qq[e], kq);
+    }
+    kq = group_sum(kq, 32);
+    for (int j = warp; j < w; j += kWarps) {  // c_j, cq_j into gh[j], gh[P.hist_max + j]
+      float kh[E], ck = 0.f, cq = 0.f;
+      lds_cols<E>(sm.kh + j * K + lane * E, kh);
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        ck = fmaf(kh[e] * al[e], kk[e], ck);
+        cq = fmaf(kh[e] * al[e], qq[e], cq);
+      }
+      ck = group_sum(ck, 32);
+      cq = group_sum(cq, 32);
+      if (lane == 0) {
+        sm.gh[j] = ck;
+        sm.gh[P.hist_max + j] = cq;
+      }
+    }
+    __syncthreads();
+  }
+
   void* dr = nullptr;
   if constexpr (OP == kReplay || OP == kVerify)
     dr = mptr(R.d_ring, R.d_dtype, int64_t(slot) * R.dr_slot + (int64_t(hv) * R.ring) * V);
@@ -199,6 +237,35 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
     for (int rr = 0; rr < kRowsPerWarp; ++rr) unpack_cols(raw[rr], s[rr]);
     if (staged && pass > 0 && pass + 1 < passes) stage_pass(pass + 1);  // the buffer's bytes are in s now (pass 1: staged
                                                                          // by load_source)
+    if (dots) {
+      float v16[16];  // row rr: v16[2 rr] = S0 . ua, v16[2 rr + 1] = S0 . uq (partial over the lane's columns)
+#pragma unroll
+      for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+        float a = 0.f, b = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          a = fmaf(s[rr][e], ua[e], a);
+          b = fmaf(s[rr][e], uq[e], b);
+        }
+        v16[2 * rr] = a;
+        v16[2 * rr + 1] = b;
+      }
+      const float sum = warp_sum16(v16, lane);  // lane 4 r: row r's S0 . ua; lane 4 r + 2: its S0 . uq
+      const float dot_q = __shfl_down_sync(0xffffffffu, sum, 2);
+      if ((lane & 3) == 0) {
+        const int r = lane >> 2;
+        float hk = 0.f, hq = 0.f;
+        for (int j = 0; j < w; ++j) {
+          const float dj = sm.dh[j * nr + lr0 + r];
+          hk = fmaf(dj, sm.gh[j], hk);
+          hq = fmaf(dj, sm.gh[P.hist_max + j], hq);
+        }
+        const float d = sm.beta[0] * (sm.v[lr0 + r] - (sum + hk));
+        st_any(p.out, t0 * p.out_tok + int64_t(hv) * p.out_head + r0 + r, p.out_dtype, dot_q + hq + d * kq);
+        st_any(dr, int64_t(w) * V + r0 + r, R.d_dtype, d);
+      }
+      continue;
+    }
     if constexpr (kHist) {
       float tot[E];
       lds_cols<E>(sm.tot + lane * E, tot);
@@ -234,16 +301,17 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
         }
       }
 
-      // the window's tokens through the per-channel step; lane rr < 8 keeps row r0 + rr's output and d
+      // the window's tokens through the per-channel step; the 8 rows' dots are summed together (warp_sum8: 9 shuffles,
+      // not 8 x 5), so lane l holds row l >> 2's and lanes 4 r write row r's output and d
+      const int my_row = lane >> 2;
       for (int a = 0; a < n; ++a) {
         const int64_t tok = t0 + a;
         float al[E], kk[E], qq[E];
         lds_cols<E>(sm.al + a * K + lane * E, al);
         lds_cols<E>(sm.k + a * K + lane * E, kk);
         lds_cols<E>(sm.q + a * K + lane * E, qq);
-        const float beta = sm.beta[a];
-        const float vl = lane < kRowsPerWarp ? sm.v[a * nr + lr0 + lane] : 0.f;
-        float o_mine = 0.f, d_mine = 0.f;
+        const float beta = sm.beta[a], v_mine = sm.v[a * nr + lr0 + my_row];
+        float part[kRowsPerWarp];
 #pragma unroll
         for (int rr = 0; rr < kRowsPerWarp; ++rr) {
           float dk = 0.f;
@@ -252,26 +320,27 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
             s[rr][e] *= al[e];
             dk = fmaf(s[rr][e], kk[e], dk);
           }
-          dk = group_sum(dk, 32);
-          const float d = beta * (__shfl_sync(0xffffffffu, vl, rr) - dk);
+          part[rr] = dk;
+        }
+        const float d_mine = beta * (v_mine - warp_sum8(part, lane));
+#pragma unroll
+        for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+          const float d = __shfl_sync(0xffffffffu, d_mine, 4 * rr);
           float o = 0.f;
 #pragma unroll
           for (int e = 0; e < E; ++e) {
             s[rr][e] = fmaf(d, kk[e], s[rr][e]);
             o = fmaf(s[rr][e], qq[e], o);
           }
-          o = group_sum(o, 32);
-          if (lane == rr) {
-            o_mine = o;
-            d_mine = d;
-          }
+          part[rr] = o;
         }
-        if (lane < kRowsPerWarp) {
-          st_any(p.out, tok * p.out_tok + int64_t(hv) * p.out_head + r0 + lane, p.out_dtype, o_mine);
+        const float o_mine = warp_sum8(part, lane);
+        if ((lane & 3) == 0) {
+          st_any(p.out, tok * p.out_tok + int64_t(hv) * p.out_head + r0 + my_row, p.out_dtype, o_mine);
           if constexpr (OP == kReplay) {
-            if (!flush) st_any(dr, int64_t(w) * V + r0 + lane, R.d_dtype, d_mine);
+            if (!flush) st_any(dr, int64_t(w) * V + r0 + my_row, R.d_dtype, d_mine);
           } else if constexpr (OP == kVerify) {
-            st_any(dr, int64_t(rw.pos(w + a)) * V + r0 + lane, R.d_dtype, d_mine);
+            st_any(dr, int64_t(rw.pos(w + a)) * V + r0 + my_row, R.d_dtype, d_mine);
           }
         }
         if constexpr (OP == kClassicSpec) {  // the carried state rounded as if re-read; written where the row asks
@@ -339,6 +408,8 @@ void launch_pc(PcParams P, Stream stream, const char* what) {
   if (p.head_v_dim % kRows != 0)
     throw Error("geo", "head_v_dim must be a multiple of " + std::to_string(kRows) + ", got " + std::to_string(p.head_v_dim));
   P.passes = choose_passes(OP, p.rows, p.v_heads, p.head_v_dim);
+  // Dots by default: 0.90-0.91x the fold's append time at b8-b512 (H100, 2026-12-06 s27 run 1); =fold keeps the old one.
+  P.append_dots = OP == kReplay && env_choice("REPLAYSSM_GDN_PC_APPEND", {"fold", "dots"}) != 0;
   const int64_t grid_ctas = int64_t(p.rows) * p.v_heads * (p.head_v_dim / (kRows * P.passes));
   const int forced_stage = env_choice("REPLAYSSM_GDN_PC_STAGE", {"0", "1"});
   auto st = static_cast<cudaStream_t>(stream);

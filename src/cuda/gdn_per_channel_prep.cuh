@@ -214,4 +214,34 @@ __device__ __forceinline__ void prep_history(const GdnRingParams& R, int slot, i
   RowRun::copy_rest(dr, R.d_dtype, s.dh, nd, nr, d_at);
 }
 
+// One stage of the multi-value warp sums below: a lane keeps N / 2 of its first N values (the upper half where lane bit
+// `O` is set) plus the partner lane's matching half.
+template <int N, int O, int M>
+__device__ __forceinline__ void sum_halves(float (&v)[M], int lane) {
+  const bool hi = lane & O;
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) {
+    const float send = hi ? v[i] : v[i + N / 2], keep = hi ? v[i + N / 2] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+  }
+}
+// 16 per-lane values summed over the warp with 16 shuffles (each stage halves the values a lane keeps): afterwards lane
+// l holds the sum of value l >> 1 (the pair l, l ^ 1 both hold it).
+__device__ __forceinline__ float warp_sum16(float (&v)[16], int lane) {
+  sum_halves<16, 16>(v, lane);
+  sum_halves<8, 8>(v, lane);
+  sum_halves<4, 4>(v, lane);
+  sum_halves<2, 2>(v, lane);
+  return v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
+}
+// 8 per-lane values (a warp's rows) summed over the warp with 9 shuffles instead of 8 x 5: afterwards lane l holds the
+// sum of value l >> 2 (the four lanes 4 r .. 4 r + 3 hold row r's).
+__device__ __forceinline__ float warp_sum8(float (&v)[8], int lane) {
+  sum_halves<8, 16>(v, lane);
+  sum_halves<4, 8>(v, lane);
+  sum_halves<2, 4>(v, lane);
+  const float t = v[0] + __shfl_xor_sync(0xffffffffu, v[0], 2);
+  return t + __shfl_xor_sync(0xffffffffu, t, 1);
+}
+
 }  // namespace replayssm::cuda::gdn_pc

@@ -225,6 +225,36 @@ TEST(CudaGdnPerChannel, ForcedPassesEveryOp) {
     }
 }
 
+// Both appends (REPLAYSSM_GDN_PC_APPEND: dots, the default, two dots a state row and no fold; fold, the older one;
+// flush steps fold in both): every state dtype, 1 / 2 / 4 passes, staged and not; 2,000 steps of the default with no
+// error growth.
+TEST(CudaGdnPerChannel, AppendFoldAndDots) {
+  NEED_GPU();
+  for (const char* mode : {"fold", "dots"}) {
+    const ScopedEnv env("REPLAYSSM_GDN_PC_APPEND", mode);
+    for (DType sd : kF)
+      for (DType ad : {DType::f32, DType::bf16}) {
+        Cfg c;
+        c.per_channel = true; c.sd = sd; c.ad = ad; c.rd = ad; c.L = 8; c.steps = 19; c.geo = {2, 4, 128, 64};
+        c.stagger = true; c.seed = 2000 + int(sd) * 3 + int(ad);
+        SCOPED_TRACE(std::string(mode) + " " + dn(sd) + "/" + dn(ad));
+        EXPECT_GT(expect_replay(c, mode).flushes, 0);
+      }
+    for (const char* stage : {"0", "1"})
+      for (const char* passes : {"1", "2", "4"}) {
+        const ScopedEnv ps("REPLAYSSM_GDN_PC_PASSES", passes), st("REPLAYSSM_GDN_PC_STAGE", stage);
+        SCOPED_TRACE(std::string(mode) + " passes " + passes + ", stage " + stage);
+        Cfg c;
+        c.per_channel = true; c.geo = {2, 4, 64, 128}; c.L = 16; c.steps = 20; c.stagger = true; c.seed = 2010;
+        EXPECT_GT(expect_replay(c, mode).flushes, 0);
+      }
+  }
+  Cfg c;
+  c.per_channel = true; c.geo = {1, 2, 128, 128}; c.L = 16; c.steps = 2000; c.ids = {1, -1, 0}; c.slots = 2; c.seed = 2020;
+  const Stats s = expect_replay(c, "dots long");
+  EXPECT_LE(s.last, 4 * std::max(s.first, 1e-6));
+}
+
 // A small case of every per-channel op for compute-sanitizer (gpu-check's SAN_FILTER).
 TEST(CudaGdnPerChannel, SanitizerSmall) {
   NEED_GPU();
@@ -238,6 +268,8 @@ TEST(CudaGdnPerChannel, SanitizerSmall) {
   // 4 passes per CTA (head_v_dim 128), the later passes staged through shared memory by cp.async
   const ScopedEnv env("REPLAYSSM_GDN_PC_PASSES", "4"), st("REPLAYSSM_GDN_PC_STAGE", "1");
   c.geo = {1, 2, 128, 128}; c.steps = 5; c.stagger = true;
+  EXPECT_LE(replay_stream(c).out_ref, 2 * out_tol(c.sd, c.ad, c.rd));
+  const ScopedEnv fold("REPLAYSSM_GDN_PC_APPEND", "fold");  // the older append (by fold), on 4 staged passes
   EXPECT_LE(replay_stream(c).out_ref, 2 * out_tol(c.sd, c.ad, c.rd));
 }
 
