@@ -149,11 +149,10 @@ struct RowRun {
   uint32_t b[kRound];
   template <class At>
   __device__ __forceinline__ void issue(const void* base, DType t, int first, int count, int nr, At at) {
-    const int lg = __ffs(nr) - 1;  // nr = kRows x passes, a power of two: shifts, not kRound integer divisions
 #pragma unroll
     for (int u = 0; u < kRound; ++u) {
       const int idx = first + u * int(blockDim.x);
-      b[u] = idx < count ? ld_bits32(base, at(idx >> lg) + (idx & (nr - 1)), t) : 0u;
+      b[u] = idx < count ? ld_bits32(base, at(idx / nr) + idx % nr, t) : 0u;
     }
   }
   __device__ __forceinline__ void store(float* dst, DType t, int first, int count) const {
