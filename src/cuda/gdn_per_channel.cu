@@ -47,6 +47,7 @@ using gdn::st_any;
 using namespace gdn_pc;  // the CTA shape, column packs, shared-memory layout and prologue (gdn_per_channel_prep.cuh)
 
 enum PcOp { kClassic, kClassicSpec, kReplay, kVerify, kFold };
+enum PcPrefetch { kPrefetchAhead, kPrefetchAll, kPrefetchNone };
 
 // Everything any of the five ops reads; the dispatch fills what its op uses.
 struct PcParams {
@@ -59,6 +60,7 @@ struct PcParams {
   int hist_max = 0;            // ring tokens a history may have (shared-memory rows)
   int passes = 1;              // kRows-row passes per CTA (choose_passes)
   bool stage = true;           // passes > 1: the next pass's rows staged in shared memory by cp.async
+  int prefetch = 0;             // staged passes into L2: kPrefetchAhead / All / None (REPLAYSSM_GDN_PC_PREFETCH)
   bool append_dots = false;    // kReplay: the append's output from two dots a row (no fold; default, REPLAYSSM_GDN_PC_APPEND)
   const int32_t* state_indices = nullptr; int64_t si_row = 0, si_col = 1;  // kClassicSpec
   const int32_t* num_accepted = nullptr; int64_t na_stride = 1;            // kClassicSpec
@@ -113,11 +115,23 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
       cp_async_bytes<int(sizeof(ColPack<ST, E>))>(stage + rr * K + lane * E, S + int64_t(r0 + rr) * K + lane * E);
     cp_async_commit();
   };
+  auto prefetch_pass = [&](int pass) {  // the warp's rows of `pass` into L2: 8 x K contiguous values
+    prefetch_l2(S + int64_t(i0 + pass * kRows + warp * kRowsPerWarp) * K, unsigned(kRowsPerWarp * K * sizeof(ST)));
+  };
+  // Unstaged, every later pass goes to L2 at once (lane q: pass q). Staged (grids of >= 2 waves), only two passes ahead
+  // (pass q + 2 when pass q starts; the stage takes pass q + 1): prefetched all at once, passes 2-3 stayed ~10-18 us in
+  // an L2 that streams ~50 MB in that time, and were read twice (ncu, H100, s27 run 3: the b512 append read 1.58 GB
+  // from DRAM where its bytes are 1.28).
   auto load_source = [&] {
     S = static_cast<ST*>(p.state) + int64_t(src) * p.state_slot + int64_t(hv) * VK;
     load_pass(0);
-    if (lane >= (staged ? 2 : 1) && lane < passes)  // the warp's rows of pass `lane` into L2: 8 x K contiguous values
-      prefetch_l2(S + int64_t(i0 + lane * kRows + warp * kRowsPerWarp) * K, unsigned(kRowsPerWarp * K * sizeof(ST)));
+    if (!staged) {
+      if (lane >= 1 && lane < passes) prefetch_pass(lane);
+    } else if (P.prefetch == kPrefetchAhead) {
+      if (lane == 0 && passes > 2) prefetch_pass(2);
+    } else if (P.prefetch == kPrefetchAll) {
+      if (lane >= 2 && lane < passes) prefetch_pass(lane);
+    }
     if (staged) stage_pass(1);
   };
   auto drain = [&] {  // a CTA leaving after load_source lets its copies land first
@@ -237,6 +251,7 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
     for (int rr = 0; rr < kRowsPerWarp; ++rr) unpack_cols(raw[rr], s[rr]);
     if (staged && pass > 0 && pass + 1 < passes) stage_pass(pass + 1);  // the buffer's bytes are in s now (pass 1: staged
                                                                          // by load_source)
+    if (staged && P.prefetch == kPrefetchAhead && pass > 0 && pass + 2 < passes && lane == 0) prefetch_pass(pass + 2);
     if (dots) {
       float v16[16];  // row rr: v16[2 rr] = S0 . ua, v16[2 rr + 1] = S0 . uq (partial over the lane's columns)
 #pragma unroll
@@ -412,6 +427,7 @@ void launch_pc(PcParams P, Stream stream, const char* what) {
   P.append_dots = OP == kReplay && env_choice("REPLAYSSM_GDN_PC_APPEND", {"fold", "dots"}) != 0;
   const int64_t grid_ctas = int64_t(p.rows) * p.v_heads * (p.head_v_dim / (kRows * P.passes));
   const int forced_stage = env_choice("REPLAYSSM_GDN_PC_STAGE", {"0", "1"});
+  P.prefetch = std::max(0, env_choice("REPLAYSSM_GDN_PC_PREFETCH", {"ahead", "all", "none"}));
   auto st = static_cast<cudaStream_t>(stream);
   with_float_type(p.state_dtype, "state", [&](auto sd) {
     using ST = decltype(sd);

@@ -268,7 +268,10 @@ TEST(CudaGdnPerChannel, SanitizerSmall) {
   // 4 passes per CTA (head_v_dim 128), the later passes staged through shared memory by cp.async
   const ScopedEnv env("REPLAYSSM_GDN_PC_PASSES", "4"), st("REPLAYSSM_GDN_PC_STAGE", "1");
   c.geo = {1, 2, 128, 128}; c.steps = 5; c.stagger = true;
-  EXPECT_LE(replay_stream(c).out_ref, 2 * out_tol(c.sd, c.ad, c.rd));
+  for (const char* pf : {"ahead", "all", "none"}) {  // where the staged passes are prefetched into L2 (hints only)
+    const ScopedEnv pe("REPLAYSSM_GDN_PC_PREFETCH", pf);
+    EXPECT_LE(replay_stream(c).out_ref, 2 * out_tol(c.sd, c.ad, c.rd)) << pf;
+  }
   const ScopedEnv fold("REPLAYSSM_GDN_PC_APPEND", "fold");  // the older append (by fold), on 4 staged passes
   EXPECT_LE(replay_stream(c).out_ref, 2 * out_tol(c.sd, c.ad, c.rd));
 }
