@@ -7,8 +7,8 @@
 // (kRows = 32 a pass: 4 warps x 8 rows; a lane owns E = K / 32 consecutive columns of each of its warp's rows). Steps 2-3
 // are paid once per CTA, so grids large enough take whole heads (choose_passes).
 //   1. The op's source state rows are loaded first (raw, converted later), as soon as the source slot is known, so the
-//      HBM reads overlap the prologue (the first pass's into registers, the later passes' into L2, and on large grids
-//      the next pass's into shared memory by cp.async while the current pass computes); every prologue load
+//      HBM reads overlap the prologue (the first pass's into registers; on grids under 2 waves the later passes' into
+//      L2, on larger grids the next pass's into shared memory by cp.async while the current pass computes); every prologue load
 //      below is issued as raw bits before its conversion, and the cursor's load overlaps the tokens' (the first version
 //      converted next to each load: ~20-50 dependent latencies per CTA, 50 % of copy at b512; the second, one pass
 //      per CTA with ~6 latencies, 38 % of copy for the append).
@@ -47,7 +47,6 @@ using gdn::st_any;
 using namespace gdn_pc;  // the CTA shape, column packs, shared-memory layout and prologue (gdn_per_channel_prep.cuh)
 
 enum PcOp { kClassic, kClassicSpec, kReplay, kVerify, kFold };
-enum PcPrefetch { kPrefetchAhead, kPrefetchAll, kPrefetchNone };
 
 // Everything any of the five ops reads; the dispatch fills what its op uses.
 struct PcParams {
@@ -60,7 +59,7 @@ struct PcParams {
   int hist_max = 0;            // ring tokens a history may have (shared-memory rows)
   int passes = 1;              // kRows-row passes per CTA (choose_passes)
   bool stage = true;           // passes > 1: the next pass's rows staged in shared memory by cp.async
-  int prefetch = 0;             // staged passes into L2: kPrefetchAhead / All / None (REPLAYSSM_GDN_PC_PREFETCH)
+  bool prefetch_staged = false; // staged passes also prefetched into L2 (REPLAYSSM_GDN_PC_PREFETCH=all; default none)
   bool append_dots = false;    // kReplay: the append's output from two dots a row (no fold; default, REPLAYSSM_GDN_PC_APPEND)
   const int32_t* state_indices = nullptr; int64_t si_row = 0, si_col = 1;  // kClassicSpec
   const int32_t* num_accepted = nullptr; int64_t na_stride = 1;            // kClassicSpec
@@ -69,8 +68,8 @@ struct PcParams {
 // At least 4 CTAs per SM (<= 128 registers): without the bound ptxas gave the verify and classic speculative instances
 // 152-168 registers (3 CTAs per SM); with it 74-128 (the passes added some), no spills (ptxas, nvcc 13.0).
 // A CTA takes P.passes x kRows rows of its v-head, kRows a pass: the prologue (tokens, history) is paid once for all
-// of them, and the later passes' checkpoint rows are prefetched into L2 as soon as the slot is known, so their HBM reads
-// overlap the prologue without holding registers.
+// of them; the later passes' checkpoint rows are prefetched into L2 (small grids) or staged a pass ahead (large ones) as
+// soon as the slot is known, so their HBM reads overlap the prologue without holding registers.
 template <class ST, int K, int OP>
 __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P) {
   constexpr int E = K / 32;
@@ -95,7 +94,7 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
   bool flush = false;
   const int32_t* si = nullptr;
   // 1. the source rows, raw: the first pass's issued as soon as the source slot is known (before the cursor's checks),
-  // so the HBM reads overlap everything up to the first conversion; the later passes' into L2
+  // so the HBM reads overlap everything up to the first conversion; the later passes' into L2 or the stage
   ST* S = nullptr;
   ColPack<ST, E> raw[kRowsPerWarp];
   auto load_pass = [&](int pass) {
@@ -118,20 +117,14 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
   auto prefetch_pass = [&](int pass) {  // the warp's rows of `pass` into L2: 8 x K contiguous values
     prefetch_l2(S + int64_t(i0 + pass * kRows + warp * kRowsPerWarp) * K, unsigned(kRowsPerWarp * K * sizeof(ST)));
   };
-  // Unstaged, every later pass goes to L2 at once (lane q: pass q). Staged (grids of >= 2 waves), only two passes ahead
-  // (pass q + 2 when pass q starts; the stage takes pass q + 1): prefetched all at once, passes 2-3 stayed ~10-18 us in
-  // an L2 that streams ~50 MB in that time, and were read twice (ncu, H100, s27 run 3: the b512 append read 1.58 GB
-  // from DRAM where its bytes are 1.28).
+  // Unstaged, every later pass goes to L2 at once (lane q: pass q). Staged (grids of >= 2 waves), none: the stage takes
+  // each pass one pass ahead, and passes 2-3 prefetched at the CTA's start stayed ~10-18 us in an L2 that streams ~50
+  // MB in that time and were read twice (ncu, s27: the b512 append read 1.58 GB from DRAM for 1.28 GB of bytes; 1.32
+  // with the prefetch two passes ahead). Without it: append b512 -5 %, b64 -8 % (H200, s27 run 6).
   auto load_source = [&] {
     S = static_cast<ST*>(p.state) + int64_t(src) * p.state_slot + int64_t(hv) * VK;
     load_pass(0);
-    if (!staged) {
-      if (lane >= 1 && lane < passes) prefetch_pass(lane);
-    } else if (P.prefetch == kPrefetchAhead) {
-      if (lane == 0 && passes > 2) prefetch_pass(2);
-    } else if (P.prefetch == kPrefetchAll) {
-      if (lane >= 2 && lane < passes) prefetch_pass(lane);
-    }
+    if (lane >= (staged ? 2 : 1) && lane < passes && (!staged || P.prefetch_staged)) prefetch_pass(lane);
     if (staged) stage_pass(1);
   };
   auto drain = [&] {  // a CTA leaving after load_source lets its copies land first
@@ -251,7 +244,6 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
     for (int rr = 0; rr < kRowsPerWarp; ++rr) unpack_cols(raw[rr], s[rr]);
     if (staged && pass > 0 && pass + 1 < passes) stage_pass(pass + 1);  // the buffer's bytes are in s now (pass 1: staged
                                                                          // by load_source)
-    if (staged && P.prefetch == kPrefetchAhead && pass > 0 && pass + 2 < passes && lane == 0) prefetch_pass(pass + 2);
     if (dots) {
       float v16[16];  // row rr: v16[2 rr] = S0 . ua, v16[2 rr + 1] = S0 . uq (partial over the lane's columns)
 #pragma unroll
@@ -427,7 +419,7 @@ void launch_pc(PcParams P, Stream stream, const char* what) {
   P.append_dots = OP == kReplay && env_choice("REPLAYSSM_GDN_PC_APPEND", {"fold", "dots"}) != 0;
   const int64_t grid_ctas = int64_t(p.rows) * p.v_heads * (p.head_v_dim / (kRows * P.passes));
   const int forced_stage = env_choice("REPLAYSSM_GDN_PC_STAGE", {"0", "1"});
-  P.prefetch = std::max(0, env_choice("REPLAYSSM_GDN_PC_PREFETCH", {"ahead", "all", "none"}));
+  P.prefetch_staged = env_choice("REPLAYSSM_GDN_PC_PREFETCH", {"none", "all"}) == 1;
   auto st = static_cast<cudaStream_t>(stream);
   with_float_type(p.state_dtype, "state", [&](auto sd) {
     using ST = decltype(sd);
