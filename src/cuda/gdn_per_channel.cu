@@ -47,8 +47,6 @@ using gdn::st_any;
 using namespace gdn_pc;  // the CTA shape, column packs, shared-memory layout and prologue (gdn_per_channel_prep.cuh)
 
 enum PcOp { kClassic, kClassicSpec, kReplay, kVerify, kFold };
-template <int OP>
-constexpr int kMinCtas = OP == kReplay ? 5 : 4;  // CTAs an SM the kernel's registers allow (__launch_bounds__)
 
 // Everything any of the five ops reads; the dispatch fills what its op uses.
 struct PcParams {
@@ -68,14 +66,12 @@ struct PcParams {
 };
 
 // At least 4 CTAs per SM (<= 128 registers): without the bound ptxas gave the verify and classic speculative instances
-// 152-168 registers (3 CTAs per SM); with it 74-128 (the passes added some), no spills (ptxas, nvcc 13.0). The replay
-// step asks for 5 (96 registers, 24-40 bytes of spills at K = 128): its CTAs are one token's work behind a chain of
-// dependent loads (slot, cursor, history), so more of them in flight hide more of it.
+// 152-168 registers (3 CTAs per SM); with it 74-128 (the passes added some), no spills (ptxas, nvcc 13.0).
 // A CTA takes P.passes x kRows rows of its v-head, kRows a pass: the prologue (tokens, history) is paid once for all
 // of them; the later passes' checkpoint rows are prefetched into L2 (small grids) or staged a pass ahead (large ones) as
 // soon as the slot is known, so their HBM reads overlap the prologue without holding registers.
 template <class ST, int K, int OP>
-__global__ void __launch_bounds__(32 * kWarps, kMinCtas<OP>) gdn_pc_kernel(const PcParams P) {
+__global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P) {
   constexpr int E = K / 32;
   constexpr bool kHist = OP == kReplay || OP == kVerify || OP == kFold;
   const GdnStepParams& p = P.step;
@@ -405,10 +401,10 @@ int choose_passes(int op, int64_t rows, int v_heads, int V) {
   return best;
 }
 
-// CTAs an SM that `smem` bytes of dynamic shared memory allow (at most `cap`, the register bound): 228 KB an SM, 1 KB
+// CTAs an SM that `smem` bytes of dynamic shared memory allow (at most the 4 of the register bound): 228 KB an SM, 1 KB
 // reserved a CTA (sm_90).
-int ctas_by_smem(size_t smem, int cap) {
-  return int(std::min<size_t>(size_t(cap), (228u << 10) / (smem + (1u << 10))));
+int ctas_by_smem(size_t smem) {
+  return int(std::min<size_t>(4, (228u << 10) / (smem + (1u << 10))));
 }
 
 template <int OP>
@@ -437,8 +433,7 @@ void launch_pc(PcParams P, Stream stream, const char* what) {
       // append +4-10 % and flush +14 %, and the b8 verify lost a CTA an SM to it: +36 %).
       const bool big_grid = grid_ctas >= int64_t(sm_count()) * 4 * 2;
       P.stage = P.passes > 1 && (forced_stage >= 0 ? forced_stage == 1
-                                                   : big_grid && ctas_by_smem(base + stage_bytes, kMinCtas<OP>) ==
-                                                                 ctas_by_smem(base, kMinCtas<OP>));
+                                                   : big_grid && ctas_by_smem(base + stage_bytes) == ctas_by_smem(base));
       const size_t smem = base + (P.stage ? stage_bytes : 0);
       allow_dynamic_smem(kernel, smem, what);
       const dim3 grid(unsigned(p.head_v_dim / (kRows * P.passes)), unsigned(p.v_heads), unsigned(p.rows));
