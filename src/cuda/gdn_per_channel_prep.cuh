@@ -95,59 +95,6 @@ __device__ __forceinline__ float bits32_f(uint32_t u, DType t) {
   return t == DType::bf16 ? __bfloat162float(__ushort_as_bfloat16(h)) : __half2float(__ushort_as_half(h));
 }
 
-// N loads of one run-time dtype (raw bits) with the dtype switch outside the loop, at element offsets off(i) where
-// ok(i): a switch (or a dtype test) per load made every load a branch, and with a per-thread bound a divergent region
-// (BSSY / BSYNC): ~170 of the append prologue's 1,584 instructions a warp (ncu, s27 run 2).
-template <int N, class W, class Off, class Ok, class U>
-__device__ __forceinline__ void ld_run_as(const void* base, Off off, Ok ok, U (&out)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) out[i] = ok(i) ? U(static_cast<const W*>(base)[off(i)]) : U(0);
-}
-template <int N, class Off, class Ok>
-__device__ __forceinline__ void ld_bits_run(const void* base, DType t, Off off, Ok ok, uint64_t (&out)[N]) {
-  switch (t) {
-    case DType::f64: return ld_run_as<N, unsigned long long>(base, off, ok, out);
-    case DType::f32: return ld_run_as<N, uint32_t>(base, off, ok, out);
-    default: return ld_run_as<N, uint16_t>(base, off, ok, out);  // bf16 / f16 (the dispatch admits no other)
-  }
-}
-template <int N, class Off>
-__device__ __forceinline__ void ld_bits_run(const void* base, DType t, Off off, uint64_t (&out)[N]) {
-  ld_bits_run<N>(base, t, off, [](int) { return true; }, out);
-}
-// The rings' runs: f32 or 16-bit values, 32-bit raw words (half the registers of a 64-bit run).
-template <int N, class Off, class Ok>
-__device__ __forceinline__ void ld_bits32_run(const void* base, DType t, Off off, Ok ok, uint32_t (&out)[N]) {
-  if (t == DType::f32) ld_run_as<N, uint32_t>(base, off, ok, out);
-  else ld_run_as<N, uint16_t>(base, off, ok, out);
-}
-template <int N>
-__device__ __forceinline__ void bits32_f_run(const uint32_t (&u)[N], DType t, float (&v)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) v[i] = bits32_f(u[i], t);
-}
-template <int N>
-__device__ __forceinline__ void bits_f_run(const uint64_t (&u)[N], DType t, float (&v)[N]) {
-  switch (t) {
-    case DType::f64:
-#pragma unroll
-      for (int i = 0; i < N; ++i) v[i] = float(__longlong_as_double((long long)u[i]));
-      return;
-    case DType::f32:
-#pragma unroll
-      for (int i = 0; i < N; ++i) v[i] = __uint_as_float(uint32_t(u[i]));
-      return;
-    case DType::bf16:
-#pragma unroll
-      for (int i = 0; i < N; ++i) v[i] = __uint_as_float(uint32_t(u[i]) << 16);
-      return;
-    default:
-#pragma unroll
-      for (int i = 0; i < N; ++i) v[i] = __half2float(__ushort_as_half((unsigned short)u[i]));
-      return;
-  }
-}
-
 // Warp `warp` prepares window tokens warp, warp + 4, ... (token t0 + j): the CPU's prep_token with per-channel gates.
 // Every load of a token is issued (as raw bits) before the first conversion: a conversion next to its load makes the
 // warp wait for each load in turn (the first version did, ~18 dependent latencies per token: 50 % of copy at b512).
@@ -159,22 +106,23 @@ __device__ __forceinline__ void prep_tokens(const GdnStepParams& p, int64_t t0, 
   for (int j = warp; j < n; j += kWarps) {
     const int64_t tok = t0 + j;
     uint64_t qb[E], kb[E], ab[E], cb[E];
-    const int64_t q0 = tok * p.q_tok + int64_t(h) * p.q_head + lane, k0 = tok * p.k_tok + int64_t(h) * p.k_head + lane;
-    const int64_t a0 = tok * p.a_tok + int64_t(hv) * p.a_head + int64_t(lane) * p.a_chan;
-    const int64_t c0 = int64_t(hv) * p.dt_bias_stride + int64_t(lane) * p.dt_bias_chan;
-    ld_bits_run<E>(p.q, p.act, [&](int e) { return q0 + 32 * e; }, qb);
-    ld_bits_run<E>(p.k, p.act, [&](int e) { return k0 + 32 * e; }, kb);
-    ld_bits_run<E>(p.a, p.a_dtype, [&](int e) { return a0 + int64_t(32 * e) * p.a_chan; }, ab);
-    ld_bits_run<E>(p.dt_bias, p.w_dtype, [&](int e) { return c0 + int64_t(32 * e) * p.dt_bias_chan; }, cb);
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const int c = lane + 32 * e;
+      qb[e] = ld_bits(p.q, tok * p.q_tok + int64_t(h) * p.q_head + c, p.act);
+      kb[e] = ld_bits(p.k, tok * p.k_tok + int64_t(h) * p.k_head + c, p.act);
+      ab[e] = ld_bits(p.a, tok * p.a_tok + int64_t(hv) * p.a_head + int64_t(c) * p.a_chan, p.a_dtype);
+      cb[e] = ld_bits(p.dt_bias, int64_t(hv) * p.dt_bias_stride + int64_t(c) * p.dt_bias_chan, p.w_dtype);
+    }
     const uint64_t b_bits = ld_bits(p.b, tok * p.b_tok + int64_t(hv) * p.b_head, p.b_dtype);
     const float A = expf(bits_f(A_bits, p.w_dtype)), b = bits_f(b_bits, p.b_dtype);
-    float q[E], k[E], a[E], c[E], sq = 0.f, sk = 0.f;
-    bits_f_run<E>(qb, p.act, q);
-    bits_f_run<E>(kb, p.act, k);
-    bits_f_run<E>(ab, p.a_dtype, a);
-    bits_f_run<E>(cb, p.w_dtype, c);
+    float q[E], k[E], a[E], sq = 0.f, sk = 0.f;
 #pragma unroll
-    for (int e = 0; e < E; ++e) a[e] += c[e];
+    for (int e = 0; e < E; ++e) {
+      q[e] = bits_f(qb[e], p.act);
+      k[e] = bits_f(kb[e], p.act);
+      a[e] = bits_f(ab[e], p.a_dtype) + bits_f(cb[e], p.w_dtype);
+    }
 #pragma unroll
     for (int e = 0; e < E; ++e) {
       sq = fmaf(q[e], q[e], sq);
@@ -201,15 +149,10 @@ struct RowRun {
   uint32_t b[kRound];
   template <class At>
   __device__ __forceinline__ void issue(const void* base, DType t, int first, int count, int nr, At at) {
-    if (t == DType::f32) issue_as<uint32_t>(base, first, count, nr, at);  // the rings are f32 or 16-bit
-    else issue_as<uint16_t>(base, first, count, nr, at);
-  }
-  template <class W, class At>
-  __device__ __forceinline__ void issue_as(const void* base, int first, int count, int nr, At at) {
 #pragma unroll
     for (int u = 0; u < kRound; ++u) {
       const int idx = first + u * int(blockDim.x);
-      b[u] = idx < count ? uint32_t(static_cast<const W*>(base)[at(idx / nr) + idx % nr]) : 0u;
+      b[u] = idx < count ? ld_bits32(base, at(idx / nr) + idx % nr, t) : 0u;
     }
   }
   __device__ __forceinline__ void store(float* dst, DType t, int first, int count) const {
@@ -250,10 +193,12 @@ __device__ __forceinline__ void prep_history(const GdnRingParams& R, int slot, i
     float G = 0.f;
     for (int j0 = 0; j0 < w; j0 += kHistBatch) {
       uint32_t gb[kHistBatch], kb[kHistBatch];
-      const auto at = [&](int u) { return int64_t(rw.pos(j0 + u)) * K + c; };
-      const auto live = [&](int u) { return j0 + u < w; };
-      ld_bits32_run<kHistBatch>(gr, R.g_dtype, at, live, gb);
-      ld_bits32_run<kHistBatch>(kr, R.k_dtype, at, live, kb);
+#pragma unroll
+      for (int u = 0; u < kHistBatch; ++u) {
+        const int64_t at = int64_t(rw.pos(j0 + u)) * K + c;
+        gb[u] = j0 + u < w ? ld_bits32(gr, at, R.g_dtype) : 0u;
+        kb[u] = j0 + u < w ? ld_bits32(kr, at, R.k_dtype) : 0u;
+      }
 #pragma unroll
       for (int u = 0; u < kHistBatch; ++u)
         if (j0 + u < w) {
