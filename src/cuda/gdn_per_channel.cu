@@ -20,10 +20,12 @@
 //   4. Each warp folds its rows, s = S0 o tot + sum_j d_j[i] kh_j (the state after the history, fp32 in registers; it
 //      is stored only where the op stores a state), then runs the window's tokens through the per-channel step
 //      s o= alpha; d = beta (v - s.k); s += d k; o = s.q, which is exact within a window: no triangular solve needed.
+//      The append (replay step, not a flush) skips the fold: its output and d need only two dots of S0 a row and w
+//      scalars (the append by dots, below; 0.90x the fold's time, twenty-seventh session).
 // Why one fold-then-step kernel rather than the per-head kernels' output-only route and tensor-core folds: with a
 // decay per channel the history's coefficients are K-wide weighted products, the tuned kernels would need a second
-// set of instances, and Kimi-style layers are a small share of today's serving. This path costs w K FMAs per state
-// row and step (at most 31 x 128; 63 x 128 for a materialize of a 64-position ring) on top of the state's bytes; it
+// set of instances, and Kimi-style layers are a small share of today's serving. The fold costs w K FMAs per state
+// row (at most 31 x 128; 63 x 128 for a materialize of a 64-position ring) on top of the state's bytes; it
 // is exact and shares no code with the per-head kernels, which stay as they are. pdl flags are accepted and ignored
 // (no overlap, same results).
 #include <algorithm>

@@ -2,6 +2,8 @@
 // against the CPU backend (same bytes) and the float64 truth: the classic step and classic speculative path, ReplaySSM
 // standard decode over every fill level and flush (staggered, ring lengths 1-32, a long decode), speculative verify +
 // commit with random acceptance, materialize / export_state; teeth (a corrupted per-channel log-decay must show).
+#include <cstring>
+
 #include "gdn_cuda_harness.hpp"
 #include "scoped_env.hpp"
 #include "support/gdn_materialize.hpp"
@@ -253,6 +255,52 @@ TEST(CudaGdnPerChannel, AppendFoldAndDots) {
   c.per_channel = true; c.geo = {1, 2, 128, 128}; c.L = 16; c.steps = 2000; c.ids = {1, -1, 0}; c.slots = 2; c.seed = 2020;
   const Stats s = expect_replay(c, "dots long");
   EXPECT_LE(s.last, 4 * std::max(s.first, 1e-6));
+}
+
+// The verify sizes its history rows by spec.history (a valid cursor has w <= history): a row whose cursor says
+// w = history + 1 (w + n still inside the ring) must be skipped with nothing written (its outputs, checkpoint and
+// rings as they were), as the per-head verify does, while the row beside it runs. Device validation off, so the
+// dispatch's host check does not catch the cursor first (an engine's graph replay has no host check either).
+TEST(CudaGdnPerChannel, VerifySkipsCursorBeyondHistory) {
+  NEED_GPU();
+  set_device_validation(false);
+  std::mt19937_64 rng(2200);
+  const GdnGeometry geo{1, 2, 128, 64};
+  const SpecConfig spec{4, 2};  // ring 8
+  Weights hw = make_weights(geo, rng);
+  make_per_channel(hw, geo, rng);
+  DevWeights w(hw);
+  ReplayCaches hc = make_caches(geo, DType::f32, DType::f32, 2, spec.ring_len(), 2, rng);
+  make_per_channel(hc, geo);
+  hc.cursor.set({0, 0}, 0);  // slot 0: an empty history (its poisoned rings are not read)
+  hc.cursor.set({0, 1}, 0);
+  hc.cursor.set({1, 0}, spec.history + 1);  // slot 1: corrupt, w + n = 7 <= 8
+  hc.cursor.set({1, 1}, 0);
+  DevCaches dc(hc);
+  Tokens ht = make_tokens(geo, DType::bf16, 4, rng);
+  make_per_channel(ht, rng);
+  DevTokens tok(ht);
+  Mir qsl(i32({0, 2, 4})), sidx(i32({0, 1})), out(make_out(geo, DType::bf16, 4));
+  G::spec_verify({geo, spec, tok.view(), w.view(), dc.spec_view(), sidx.d.view(), qsl.d.view(), out.d.view()});
+  cuda_ok(cudaDeviceSynchronize(), "verify");
+  const HostTensor before = out.h;
+  out.down();
+  dc.down();
+  const auto* b0 = before.bytes().data();
+  const auto* b1 = out.h.bytes().data();
+  const size_t tok_bytes = before.bytes().size() / 4;
+  EXPECT_NE(0, std::memcmp(b0, b1, 2 * tok_bytes)) << "row 0 (valid cursor) wrote no output";
+  EXPECT_EQ(0, std::memcmp(b0 + 2 * tok_bytes, b1 + 2 * tok_bytes, 2 * tok_bytes)) << "row 1 (w > history) was written";
+  // slot 1's half of each pool ([slots, ...]) against the bytes uploaded
+  const auto same_slot1 = [](const HostTensor& was, const HostTensor& now) {
+    const size_t half = was.bytes().size() / 2;
+    return std::memcmp(was.bytes().data() + half, now.bytes().data() + half, half) == 0;
+  };
+  EXPECT_TRUE(same_slot1(hc.checkpoint, dc.ck->h)) << "slot 1's checkpoint was written";
+  EXPECT_TRUE(same_slot1(hc.d_ring, dc.d->h)) << "slot 1's d ring was written";
+  EXPECT_TRUE(same_slot1(hc.k_ring, dc.k->h)) << "slot 1's k ring was written";
+  EXPECT_TRUE(same_slot1(hc.g_ring, dc.g->h)) << "slot 1's g ring was written";
+  EXPECT_TRUE(same_slot1(hc.cursor, dc.cur->h)) << "slot 1's cursor was written";
 }
 
 // A small case of every per-channel op for compute-sanitizer (gpu-check's SAN_FILTER).
