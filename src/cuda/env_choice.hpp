@@ -25,15 +25,4 @@ inline int env_choice(const char* name, std::initializer_list<const char*> value
   throw Error(name, "expected one of " + list + ", got '" + e + "'");
 }
 
-// A number of waves from the environment, in [0, 8]; `unset` when the variable is unset or empty.
-inline double env_waves(const char* name, double unset) {
-  const char* e = std::getenv(name);
-  if (e == nullptr || *e == '\0') return unset;
-  char* end = nullptr;
-  const double d = std::strtod(e, &end);
-  if (end == e || *end != '\0' || !(d >= 0.0 && d <= 8.0))
-    throw Error(name, std::string("expected a number of waves in [0, 8], got '") + e + "'");
-  return d;
-}
-
 }  // namespace replayssm::cuda

@@ -62,7 +62,6 @@ struct PcParams {
   int passes = 1;              // kRows-row passes per CTA (choose_passes)
   bool stage = true;           // passes > 1: the next pass's rows staged in shared memory by cp.async
   bool prefetch_staged = false; // staged passes also prefetched into L2 (REPLAYSSM_GDN_PC_PREFETCH=all; default none)
-  int prefetch_ctas = 0;       // > 0: the source rows of the CTA this many places later in launch order into L2
   bool append_dots = false;    // kReplay: the append's output from two dots a row (no fold; default, REPLAYSSM_GDN_PC_APPEND)
   const int32_t* state_indices = nullptr; int64_t si_row = 0, si_col = 1;  // kClassicSpec
   const int32_t* num_accepted = nullptr; int64_t na_stride = 1;            // kClassicSpec
@@ -129,21 +128,6 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
     load_pass(0);
     if (lane >= (staged ? 2 : 1) && lane < passes && (!staged || P.prefetch_staged)) prefetch_pass(lane);
     if (staged) stage_pass(1);
-  };
-  // A later CTA's rows into L2 (one thread, once this CTA's passes are done): the ring ops are latency-bound on the H200
-  // (58-69 % of copy at b >= 64), and rows already in L2 when that CTA starts shorten its chain. As the Mamba-2 replay
-  // step's prefetch (mamba2_replay_decode.cu): a fraction of a wave ahead, so the lines are not evicted before use.
-  auto prefetch_later_cta = [&] {
-    if (P.prefetch_ctas <= 0 || threadIdx.x != 32 * (kWarps - 1)) return;
-    const uint64_t gx = gridDim.x, gy = gridDim.y;
-    const uint64_t lin = (uint64_t(blockIdx.z) * gy + blockIdx.y) * gx + blockIdx.x + uint64_t(P.prefetch_ctas);
-    if (lin >= gx * gy * gridDim.z) return;
-    const int row2 = int(lin / (gx * gy)), hv2 = int(lin / gx % gy), x2 = int(lin % gx);
-    const int slot2 = p.slot_idx[int64_t(row2) * p.slot_idx_stride];
-    if (slot2 < 0 || slot2 >= p.slots) return;
-    const ST* rows2 = static_cast<const ST*>(p.state) + int64_t(slot2) * p.state_slot + int64_t(hv2) * VK +
-                      int64_t(x2) * nr * K;
-    for (int q = 0; q < passes; ++q) prefetch_l2(rows2 + int64_t(q) * kRows * K, unsigned(kRows * K * sizeof(ST)));
   };
   auto drain = [&] {  // a CTA leaving after load_source lets its copies land first
     if (staged) cp_async_wait_group<0>();
@@ -386,7 +370,6 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
       }
     }
   }
-  prefetch_later_cta();  // here, where little else is live (issued at the start it cost the verify spills)
   // the window's g and k to the rings (one CTA per v-head; k by the group's first v-head)
   if constexpr (OP == kReplay || OP == kVerify) {
     if (blockIdx.x == 0 && !(OP == kReplay && flush) && int(threadIdx.x) < K) {
@@ -455,13 +438,6 @@ void launch_pc(PcParams P, Stream stream, const char* what) {
                                                    : big_grid && ctas_by_smem(base + stage_bytes) == ctas_by_smem(base));
       const size_t smem = base + (P.stage ? stage_bytes : 0);
       allow_dynamic_smem(kernel, smem, what);
-      // REPLAYSSM_GDN_PC_PREFETCH_WAVES (how far ahead, in waves of resident CTAs; 0 = off): unset, one wave on grids
-      // of more than one (issued as a CTA ends, when the CTAs about half a wave later are already running: the Mamba-2
-      // replay step's half wave from the CTA's start), except the classic speculative path, whose source slots come
-      // from state_indices.
-      const int64_t resident = int64_t(ctas_by_smem(smem)) * sm_count();
-      const double waves = env_waves("REPLAYSSM_GDN_PC_PREFETCH_WAVES", grid_ctas > resident ? 1.0 : 0.0);
-      P.prefetch_ctas = OP == kClassicSpec ? 0 : int(waves * double(resident) + 0.5);
       const dim3 grid(unsigned(p.head_v_dim / (kRows * P.passes)), unsigned(p.v_heads), unsigned(p.rows));
       kernel<<<grid, dim3(32 * kWarps), smem, st>>>(P);
     });

@@ -45,28 +45,3 @@ TEST(EnvChoice, AnythingElseIsAnErrorNamingTheVariableAndTheValues) {
     }
   }
 }
-
-TEST(EnvWaves, UnsetOrEmptyIsTheDefaultElseANumberInRange) {
-  using replayssm::cuda::env_waves;
-  unsetenv(kVar);
-  EXPECT_EQ(env_waves(kVar, -1.0), -1.0);
-  {
-    const ScopedEnv e(kVar, "");
-    EXPECT_EQ(env_waves(kVar, 0.5), 0.5);
-  }
-  for (const auto& [text, value] : {std::pair<const char*, double>{"0", 0.0}, {"0.5", 0.5}, {"8", 8.0}}) {
-    const ScopedEnv e(kVar, text);
-    EXPECT_EQ(env_waves(kVar, -1.0), value) << text;
-  }
-  for (const char* bad : {"-1", "9", "half", "0.5x", "nan"}) {
-    const ScopedEnv e(kVar, bad);
-    try {
-      env_waves(kVar, -1.0);
-      ADD_FAILURE() << "accepted '" << bad << "'";
-    } catch (const Error& err) {
-      const std::string what = err.what();
-      EXPECT_NE(what.find(kVar), std::string::npos) << what;
-      EXPECT_NE(what.find(std::string("'") + bad + "'"), std::string::npos) << what;
-    }
-  }
-}
