@@ -99,8 +99,9 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
   // so the HBM reads overlap everything up to the first conversion; the later passes' into L2 or the stage
   ST* S = nullptr;
   ColPack<ST, E> raw[kRowsPerWarp];
+  const auto warp_row0 = [&](int pass) { return i0 + pass * kRows + warp * kRowsPerWarp; };  // the warp's first row
   auto load_pass = [&](int pass) {
-    const int r0 = i0 + pass * kRows + warp * kRowsPerWarp;
+    const int r0 = warp_row0(pass);
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr)
       raw[rr] = *reinterpret_cast<const ColPack<ST, E>*>(S + int64_t(r0 + rr) * K + lane * E);
@@ -110,14 +111,14 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
   ST* const stage = reinterpret_cast<ST*>(s_dyn + pc_smem_floats(P.tokens_max, P.hist_max, K, nr)) + warp * kRowsPerWarp * K;
   const bool staged = passes > 1 && P.stage;
   auto stage_pass = [&](int pass) {
-    const int r0 = i0 + pass * kRows + warp * kRowsPerWarp;
+    const int r0 = warp_row0(pass);
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr)
       cp_async_bytes<int(sizeof(ColPack<ST, E>))>(stage + rr * K + lane * E, S + int64_t(r0 + rr) * K + lane * E);
     cp_async_commit();
   };
   auto prefetch_pass = [&](int pass) {  // the warp's rows of `pass` into L2: 8 x K contiguous values
-    prefetch_l2(S + int64_t(i0 + pass * kRows + warp * kRowsPerWarp) * K, unsigned(kRowsPerWarp * K * sizeof(ST)));
+    prefetch_l2(S + int64_t(warp_row0(pass)) * K, unsigned(kRowsPerWarp * K * sizeof(ST)));
   };
   // Unstaged, every later pass goes to L2 at once (lane q: pass q). Staged (grids of >= 2 waves), none: the stage takes
   // each pass one pass ahead, and passes 2-3 prefetched at the CTA's start stayed ~10-18 us in an L2 that streams ~50
