@@ -50,6 +50,10 @@
 // * Shape (verify_warps, verify_ipc): 8 warps (8 NT rows each; ~100 KB of shared memory at fp32 state, K = 128,
 //   history 16: 2 CTAs per SM) at every batch (twenty-third session; halved for small grids before), up to 16 items
 //   per CTA, halved for small grids; one item per CTA when the one-item grid is resident at once (batch 1-2).
+// * Stages (verify_shape, twenty-eighth session): on grids of >= 2 waves (fp32 state) or >= 8 waves (16-bit state, then
+//   in 4-warp CTAs) one checkpoint stage per warp instead of two (item i + 1 copied once item i is done): fp32 ~72 KB a
+//   CTA, 3 CTAs of 4 warps per SM instead of 2; the extra warps hide the refill and the per-CTA chain (Qwen3.5-4B b512
+//   T = 4 -12 %, 122B -7 %; bf16 state -9 % / -4 %; H100).
 // Measured (H200, same-run A/B, docs/notes-gdn-cuda.md tenth session): Qwen3.5-4B b512 T = 4 876 -> 661 us
 // (40 -> 53 % of copy; 0.59x -> 0.44x the classic speculative kernel), 122B 1740 -> 1155 us (39 -> 59 %),
 // b8 24.5 -> 18.8 us, b1 13.0 -> 12.6 us; bf16 state b512 961 -> 823 us.
@@ -75,8 +79,8 @@ constexpr int kT = kTMax;  // window positions (8)
 constexpr int kAR = 40;    // prologue A rows: w + 2n <= R + n <= 40
 constexpr int kRW = 8;     // state rows of one tile (the mma's n); a warp takes NT tiles per item
 constexpr int kMaxWarps = 8;
-constexpr int kStages = 2;     // checkpoint / history stages per warp: item i + 1 in flight while item i is computed
-constexpr int kMinCtas = 2;    // ~100 KB of shared memory each at 8 warps, fp32 state, K = 128, history 16
+constexpr int kStages = 2;     // checkpoint / history stages per warp (at most): item i + 1 in flight while item i is computed
+constexpr int kMinCtas = 2;    // ~100 KB of shared memory each at two stages, fp32 state, K = 128, history 16
 constexpr int kDefaultIpc = 16;  // items per CTA: at most this (and REPLAYSSM_GDN_VERIFY_IPC up to 16)
 constexpr int kMaxVh = 8;  // v-heads one CTA touches (<= its items; verify_ipc keeps it so)
 
@@ -165,16 +169,17 @@ __device__ __forceinline__ void tile_chunk(float (&d)[4], const float (&bv)[VEC]
 struct VerifySmem {
   size_t st, st_stage, dh, dh_stage, vv, vv_stage, q, k, kr, total;
 };
-__host__ __device__ __forceinline__ VerifySmem verify_smem(int rpc, int K, int ssz, int asz, int HB, int ksz, int dsz) {
+__host__ __device__ __forceinline__ VerifySmem verify_smem(int rpc, int K, int ssz, int asz, int HB, int ksz, int dsz,
+                                                          int stages) {
   VerifySmem m;
   const size_t KP = size_t(K) + 16;
   m.st = 0;
   m.st_stage = size_t(rpc) * K * ssz;
-  m.dh = m.st + kStages * m.st_stage;
+  m.dh = m.st + stages * m.st_stage;
   m.dh_stage = size_t(HB) * rpc * dsz;
-  m.vv = m.dh + kStages * m.dh_stage;
+  m.vv = m.dh + stages * m.dh_stage;
   m.vv_stage = size_t(kT) * rpc * asz;
-  m.q = m.vv + kStages * m.vv_stage;
+  m.q = m.vv + stages * m.vv_stage;
   m.k = m.q + size_t(kT) * KP * asz;
   m.kr = m.k + size_t(kT) * KP * asz;
   m.total = m.kr + size_t(HB) * KP * ksz;
@@ -191,9 +196,12 @@ __host__ __device__ __forceinline__ VerifySmem verify_smem(int rpc, int K, int s
 // PDL (VerifyArgs::pdl): slot_idx and item 0's checkpoint rows (the bulk copies) before griddepcontrol.wait;
 // query_start_loc, the cursor (commit_cursors may be the kernel before), the rings and the window after it. A template
 // parameter: the instances without it are the code as before.
-template <class ST, class AT, int K, int NT, bool PDL>
+// STG (checkpoint stages per warp, verify_shape): 2 = item i + 1's copies issued before item i is computed; 1 = issued
+// once item i is done (half the checkpoint's shared memory: 3 CTAs of 4 warps an SM instead of 2 at fp32 state).
+template <class ST, class AT, int K, int NT, bool PDL, int STG = 2>
 __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(const GdnVerifyParams P, const int slices,
                                                                               const int ipc) {
+  static_assert(STG == 1 || STG == 2, "one or two stages");
   using VT = Vec16<ST>;
   constexpr int VEC = VT::kN, CW = 4 * VEC, NCH = K / CW, KP = K + 16;
   constexpr int BPS = spec::Parts<ST>::kN;
@@ -220,7 +228,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
   const int iv0 = it0 / slices, nv = (it0 + ipc - 1) / slices - iv0 + 1;  // the CTA's v-heads h vpk + iv0 + u, u < nv
   const int ssz = int(sizeof(ST)), asz = int(sizeof(AT));
   const int ksz = int(esize(R.k_dtype)), dsz = int(esize(R.d_dtype));
-  const VerifySmem sm = verify_smem(rpc, K, ssz, asz, HB, ksz, dsz);
+  const VerifySmem sm = verify_smem(rpc, K, ssz, asz, HB, ksz, dsz, STG);
+  const auto stg = [](int i) { return STG == 2 ? (i & 1) : 0; };  // item i's stage
 
   // ---- wave 1 ----
   const int slot = p.slot_idx[int64_t(row) * p.slot_idx_stride];
@@ -238,9 +247,9 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
   auto issue_ckpt = [&](int i) {  // lane 0: item i's RWW rows of this warp into stage i % 2
     if (lane == 0) {
       const ST* src = S_row + (int64_t(iv_n) * V + sl_n * rpc) * K;
-      ST* dst = reinterpret_cast<ST*>(s_dyn + sm.st + (i & 1) * sm.st_stage) + warp * RWW * K;
-      mbar_arrive_expect_tx(&s_bar[warp][i & 1], unsigned(RWW * K * ssz));
-      bulk_load(dst, src, unsigned(RWW * K * ssz), &s_bar[warp][i & 1]);
+      ST* dst = reinterpret_cast<ST*>(s_dyn + sm.st + stg(i) * sm.st_stage) + warp * RWW * K;
+      mbar_arrive_expect_tx(&s_bar[warp][stg(i)], unsigned(RWW * K * ssz));
+      bulk_load(dst, src, unsigned(RWW * K * ssz), &s_bar[warp][stg(i)]);
     }
   };
   if (lane == 0) {
@@ -276,13 +285,13 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
   auto issue_hist = [&](int i) {
     const int col = sl_n * rpc + warp * RWW;
     const char* dsrc = dr_h + (int64_t(iv_n) * RL * V + col) * dsz;
-    unsigned char* ddst = s_dyn + sm.dh + (i & 1) * sm.dh_stage + warp * RWW * dsz;
+    unsigned char* ddst = s_dyn + sm.dh + stg(i) * sm.dh_stage + warp * RWW * dsz;
     for (int x = lane; x < (w << dcs); x += 32) {
       const int c = x >> dcs, q = x & ((1 << dcs) - 1);
       stage16(ddst + c * rpc * dsz + q * 16, dsrc + int64_t((origin + c) & mask) * V * dsz + q * 16);
     }
     const char* vsrc = v_h + (int64_t(iv_n) * p.v_head + col) * asz;
-    unsigned char* vdst = s_dyn + sm.vv + (i & 1) * sm.vv_stage + warp * RWW * asz;
+    unsigned char* vdst = s_dyn + sm.vv + stg(i) * sm.vv_stage + warp * RWW * asz;
     for (int x = lane; x < (n << vcs); x += 32) {
       const int a = x >> vcs, q = x & ((1 << vcs) - 1);
       stage16(vdst + a * rpc * asz + q * 16, vsrc + int64_t(a) * p.v_tok * asz + q * 16);
@@ -439,18 +448,19 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
   const int srow = warp * RWW + lane / LPR, sp = lane % LPR;
   int iv = iv0, sl = it0 - iv0 * slices;  // the item being computed
   for (int i = 0; i < ipc; ++i) {
-    if (i + 1 < ipc) {  // the next item's copies fly while this one is computed (its stage was freed by item i - 1)
+    if (STG == 2 && i + 1 < ipc) {  // the next item's copies fly while this one is computed (its stage was freed by item i - 1)
       issue_ckpt(i + 1);
       issue_hist(i + 1);
     }
     cp_async_commit();
-    cp_async_wait_group<1>();
-    mbar_wait(&s_bar[warp][i & 1], unsigned(i >> 1) & 1u);
+    if constexpr (STG == 2) cp_async_wait_group<1>();
+    else cp_async_wait_group<0>();
+    mbar_wait(&s_bar[warp][stg(i)], STG == 2 ? unsigned(i >> 1) & 1u : unsigned(i) & 1u);
     __syncwarp();  // every lane's history copies of this item have landed
     const int u = iv - iv0, hv = h * vpk + iv;
-    ST* s_st = reinterpret_cast<ST*>(s_dyn + sm.st + (i & 1) * sm.st_stage) + l * K + colt;  // + 8 nt K + m * CW
-    const unsigned char* s_d = s_dyn + sm.dh + (i & 1) * sm.dh_stage;
-    const AT* s_v = reinterpret_cast<const AT*>(s_dyn + sm.vv + (i & 1) * sm.vv_stage);
+    ST* s_st = reinterpret_cast<ST*>(s_dyn + sm.st + stg(i) * sm.st_stage) + l * K + colt;  // + 8 nt K + m * CW
+    const unsigned char* s_d = s_dyn + sm.dh + stg(i) * sm.dh_stage;
+    const AT* s_v = reinterpret_cast<const AT*>(s_dyn + sm.vv + stg(i) * sm.vv_stage);
     auto dval = [&](int c, int r) {  // d_c[item row r], c < w
       return dsz == 4 ? reinterpret_cast<const float*>(s_d)[c * rpc + r]
                       : Traits<AT>::to_f(reinterpret_cast<const AT*>(s_d)[c * rpc + r]);
@@ -613,6 +623,10 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
     }
     fence_proxy_async();  // this item's shared reads / writes (the flush) before the next bulk copy into its stage
     __syncwarp();
+    if (STG == 1 && i + 1 < ipc) {  // one stage: the next item's copies only now that this one's reads are done
+      issue_ckpt(i + 1);
+      issue_hist(i + 1);
+    }
     if (++sl == slices) {
       sl = 0;
       ++iv;
@@ -668,6 +682,36 @@ int verify_ipc(int rows, int k_heads, int nI, int slices, int resident) {
   return ipc;
 }
 
+// Checkpoint stages per warp (STG), and with them the warps. One stage halves the checkpoint's shared memory, so more
+// CTAs fit an SM; each warp then waits for its next item's rows after computing the current one, but the SM has more
+// warps (or more, smaller CTAs) to hide that and the per-CTA chain (slot -> cursor -> staging -> prologue tiles ->
+// coefficients) behind. Measured (H100, twenty-eighth session, runs 3-4, T = 4, against two stages):
+// * fp32 state (4-warp CTAs of 16-row warps: 3 an SM instead of 2): Qwen3.5-4B b512 637 -> 561 us, b256 326 -> 293,
+//   b64 94.9 -> 91.1; 122B b512 1110 -> 1030, b64 166 -> 164; but on grids under 2 waves slower (4B b32 +12 %, 122B b8
+//   +10 %: the refill after each item is exposed and nothing hides it). So one stage from 2 waves of the two-stage grid.
+// * 16-bit state (8-warp CTAs, held to 2 an SM by their registers, so one stage needs 4-warp CTAs: 4 an SM, the same 16
+//   warps in smaller CTAs): 4B b512 677 -> 618 us, b256 347 -> 322, 122B b512 1203 -> 1149, b256 -2 %; but 122B b64 +6 %,
+//   b8-b16 +12-20 %. So 4 warps and one stage from 8 waves of the two-stage grid (b >= 256 at Qwen3.5 sizes).
+// REPLAYSSM_GDN_VERIFY_STAGES=1|2 forces the stages of any CTA of 16-row warps and at most 4 warps (with
+// REPLAYSSM_GDN_CUDA_WARPS forcing the warps); a forced warp count keeps two stages unless the stages are forced too.
+struct VerifyShape {
+  int warps, stages;
+};
+VerifyShape verify_shape(const GdnVerifyParams& p, int nt, size_t ssz) {
+  const int V = p.step.head_v_dim, warps = verify_warps(p.step.rows, p.step.v_heads, V, nt, ssz);
+  if (nt != 2) return {warps, kStages};
+  const int fs = env_choice("REPLAYSSM_GDN_VERIFY_STAGES", {"1", "2"});
+  if (fs >= 0) return {warps, warps <= 4 ? fs + 1 : kStages};
+  if (env_choice("REPLAYSSM_GDN_CUDA_WARPS", {"1", "2", "4", "8"}) >= 0) return {warps, kStages};
+  // the two-stage grid: CTAs of `warps` 16-row warps, items per CTA as verify_ipc gives them at kMinCtas an SM
+  const int slices = V / (warps * kRW * nt), nI = p.step.v_heads / p.step.k_heads * slices;
+  const long long ctas = (long long)p.step.rows * p.step.k_heads * (nI / verify_ipc(p.step.rows, p.step.k_heads, nI, slices, kMinCtas));
+  const long long wave = (long long)sm_count() * kMinCtas;
+  if (ssz == 4) return {warps, warps <= 4 && ctas >= 2 * wave ? 1 : kStages};
+  if (warps == kMaxWarps && ctas >= 8 * wave && V % (4 * kRW * nt) == 0) return {4, 1};
+  return {warps, kStages};
+}
+
 }  // namespace
 
 void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
@@ -681,7 +725,9 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
   const int V = p.step.head_v_dim;
   if (V % kRW != 0) throw Error("geo", "the CUDA verify needs head_v_dim a multiple of 8, got " + std::to_string(V));
   const size_t ssz = esize(p.step.state_dtype);
-  const int nt = verify_tiles(p.step.rows, p.step.v_heads, V, esize(p.step.act)), warps = verify_warps(p.step.rows, p.step.v_heads, V, nt, ssz);
+  const int nt = verify_tiles(p.step.rows, p.step.v_heads, V, esize(p.step.act));
+  const VerifyShape shape = verify_shape(p, nt, ssz);
+  const int warps = shape.warps, stages = shape.stages;
   const int rpc = warps * kRW * nt, slices = V / rpc, vpk = p.step.v_heads / p.step.k_heads;
   const bool pdl = use_pdl(p.step.pdl);
   auto launch = [&](auto kernel, size_t smem) {
@@ -699,7 +745,11 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
       with_float_type(p.step.act, "in.q", [&](auto a) {
         using AT = decltype(a);
         const size_t smem = verify_smem(rpc, K, int(sizeof(ST)), int(sizeof(AT)), p.history, int(esize(p.ring.k_dtype)),
-                                        int(esize(p.ring.d_dtype))).total;
+                                        int(esize(p.ring.d_dtype)), stages).total;
+        if (stages == 1) {  // verify_shape: nt == 2 here
+          pdl ? launch(gdn_verify_kernel<ST, AT, K, 2, true, 1>, smem) : launch(gdn_verify_kernel<ST, AT, K, 2, false, 1>, smem);
+          return;
+        }
         if (nt == 2) pdl ? launch(gdn_verify_kernel<ST, AT, K, 2, true>, smem) : launch(gdn_verify_kernel<ST, AT, K, 2, false>, smem);
         else pdl ? launch(gdn_verify_kernel<ST, AT, K, 1, true>, smem) : launch(gdn_verify_kernel<ST, AT, K, 1, false>, smem);
       });

@@ -175,6 +175,14 @@ TEST(CudaGdn, SanitizerSmall) {
   c.spec = {4, 2}; c.steps = 6;
   const Stats t = spec_stream(c);
   EXPECT_LE(t.out_ref, 5e-2);
+  {  // the verify with one checkpoint stage: 16-row warps, 4 items over 2 v-heads (V = 64)
+    ForceVerifyStages fs("1");
+    ForceVerifyRows fr(16);
+    ForceVerifyIpc fi(4);
+    ForceWarps fw(2);
+    const Stats t1 = spec_stream(c);
+    EXPECT_LE(t1.out_ref, 5e-2);
+  }
   // classic step once
   std::mt19937_64 rng(3);
   DevWeights w(make_weights(c.geo, rng));

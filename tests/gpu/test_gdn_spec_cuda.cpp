@@ -133,5 +133,37 @@ TEST(CudaGdnSpec, WarpRows) {
         }
 }
 
+// One checkpoint stage per warp (the next item's copies issued once this item is computed) against two, with 16-row
+// warps in CTAs of at most 4 warps (the shapes it applies to), fp32 and bf16 state: the mbarrier phase of a single
+// stage alternates per item, and an item's copies must not land before the previous item's reads and flush writes of
+// that stage are done.
+TEST(CudaGdnSpec, CheckpointStages) {
+  NEED_GPU();
+  const SpecCase cases[] = {{DType::f32, DType::bf16, DType::f32, 16, 4, 40, 5e-2, 4e-5},
+                            {DType::f32, DType::f32, DType::f32, 12, 6, 40, 4e-5, 4e-5},
+                            {DType::f32, DType::bf16, DType::bf16, 8, 8, 40, 5e-2, 2.4e-2},
+                            {DType::bf16, DType::bf16, DType::bf16, 12, 6, 40, 8e-2, 5e-2}};
+  const int shapes[3][2] = {{1, 4}, {4, 4}, {16, 2}};  // (items per CTA, warps)
+  for (const char* stages : {"1", "2"})
+    for (const auto& sh : shapes)
+      for (const GdnGeometry& geo : {GdnGeometry{2, 4, 128, 128}, GdnGeometry{1, 4, 64, 64}})
+        for (const auto& sc : cases) {
+          ForceVerifyStages fs(stages);
+          ForceVerifyRows fr(16);
+          ForceVerifyIpc fi(sh[0]);
+          ForceWarps fw(sh[1]);
+          Cfg c;
+          c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
+          c.geo = geo; c.ids = {4, -1, 1, 2}; c.slots = 6; c.seed = 900 + sh[0] * 4 + sh[1] + sc.window;
+          const Stats s = spec_stream(c);
+          std::printf("  [spec stages %s ipc %d warps %d %s %s/%s ring %s] out %.2e (cpu %.2e) ckpt %.2e rings %.2e flushes %d\n",
+                      stages, sh[0], sh[1], geo.to_string().c_str(), dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(),
+                      s.out_ref, s.out_cpu, s.ck_ref, s.rings_cpu, s.flushes);
+          SCOPED_TRACE(std::string("stages ") + stages + " ipc " + std::to_string(sh[0]) + " warps " + std::to_string(sh[1]) +
+                       " " + geo.to_string() + " " + dn(c.ad));
+          expect_spec_stream_ok(s, sc);
+        }
+}
+
 }  // namespace
 }  // namespace replayssm::test
