@@ -23,21 +23,32 @@ TEST(CudaGdnSpec, StreamsRandomAcceptance) {
 }
 
 // VerifyArgs::pdl: the window, its bounds, the cursors and the rings behind a late producer (a verify that read any of
-// them before its griddepcontrol.wait would see NaN bytes; empty windows included, found only after the wait).
+// them before its griddepcontrol.wait would see NaN bytes; empty windows included, found only after the wait). Also
+// with one checkpoint stage (the pdl instances of that shape: 16-row warps, 2 warps, V = 64).
 TEST(CudaGdnPdl, SpecVerifyReadsAfterTheProducer) {
   NEED_GPU();
   ASSERT_TRUE(dependent_launch_overlaps()) << "a dependent launch did not overlap the producer: no teeth";
   const SpecCase cases[] = {{DType::f32, DType::bf16, DType::f32, 16, 4, 60, 5e-2, 4e-5},
                             {DType::bf16, DType::bf16, DType::bf16, 12, 6, 60, 8e-2, 5e-2}};
-  for (const auto& sc : cases) {
-    Cfg c;
-    c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
-    c.geo = {1, 2, 128, 64}; c.ids = {4, -1, 1, 2}; c.slots = 6; c.seed = 97 + sc.window; c.pdl = true;
-    const Stats s = spec_stream(c);
-    std::printf("  [spec pdl %s/%s ring %s] out %.2e (cpu %.2e) ckpt %.2e flushes %d\n", dn(c.sd).c_str(), dn(c.ad).c_str(),
-                dn(c.rd).c_str(), s.out_ref, s.out_cpu, s.ck_ref, s.flushes);
-    expect_spec_stream_ok(s, sc);
-  }
+  for (const bool one_stage : {false, true})
+    for (const auto& sc : cases) {
+      std::unique_ptr<ForceVerifyStages> fs;
+      std::unique_ptr<ForceVerifyRows> fr;
+      std::unique_ptr<ForceWarps> fw;
+      if (one_stage) {
+        fs = std::make_unique<ForceVerifyStages>("1");
+        fr = std::make_unique<ForceVerifyRows>(16);
+        fw = std::make_unique<ForceWarps>(2);
+      }
+      Cfg c;
+      c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
+      c.geo = {1, 2, 128, 64}; c.ids = {4, -1, 1, 2}; c.slots = 6; c.seed = 97 + sc.window; c.pdl = true;
+      const Stats s = spec_stream(c);
+      std::printf("  [spec pdl%s %s/%s ring %s] out %.2e (cpu %.2e) ckpt %.2e flushes %d\n", one_stage ? " one stage" : "",
+                  dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(), s.out_ref, s.out_cpu, s.ck_ref, s.flushes);
+      SCOPED_TRACE(one_stage ? "one stage" : "default shape");
+      expect_spec_stream_ok(s, sc);
+    }
 }
 
 TEST(CudaGdnSpec, ProductionGeometry) {
