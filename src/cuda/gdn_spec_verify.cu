@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
   // ---- wave 2: item 0's checkpoint rows (bulk copy per warp), the cursor ----
   const ST* S_row = static_cast<const ST*>(p.state) + int64_t(slot) * p.state_slot + (int64_t(h) * vpk * V + warp * RWW) * K;
   int iv_n = iv0, sl_n = it0 - iv0 * slices;  // the next item to issue, advanced without a division
-  auto issue_ckpt = [&](int i) {  // lane 0: item i's RWW rows of this warp into stage i % 2
+  auto issue_ckpt = [&](int i) {  // lane 0: item i's RWW rows of this warp into stage stg(i)
     if (lane == 0) {
       const ST* src = S_row + (int64_t(iv_n) * V + sl_n * rpc) * K;
       ST* dst = reinterpret_cast<ST*>(s_dyn + sm.st + stg(i) * sm.st_stage) + warp * RWW * K;

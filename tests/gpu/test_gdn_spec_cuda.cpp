@@ -8,12 +8,18 @@ namespace {
 
 using namespace gdn_cuda;
 
+// A stream of `sc` (dtypes, history, window, steps) over geo, rows {4, -1, 1, 2} (a padding row) on 6 slots.
+Cfg spec_case(const SpecCase& sc, const GdnGeometry& geo, uint64_t seed) {
+  Cfg c;
+  c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
+  c.geo = geo; c.ids = {4, -1, 1, 2}; c.slots = 6; c.seed = seed;
+  return c;
+}
+
 TEST(CudaGdnSpec, StreamsRandomAcceptance) {
   NEED_GPU();
   for (const auto& sc : kSpecStreamCases) {
-    Cfg c;
-    c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
-    c.geo = {1, 2, 128, 64}; c.ids = {4, -1, 1, 2}; c.slots = 6; c.seed = 77 + sc.window;
+    const Cfg c = spec_case(sc, {1, 2, 128, 64}, 77 + sc.window);
     const Stats s = spec_stream(c);
     std::printf("  [spec %s/%s ring %s B=%d T=%d steps %d] out %.2e (cpu %.2e, tol %.1e) ckpt %.2e (cpu %.2e) rings %.2e flushes %d\n",
                 dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(), sc.history, sc.window, sc.steps, s.out_ref, s.out_cpu,
@@ -40,9 +46,8 @@ TEST(CudaGdnPdl, SpecVerifyReadsAfterTheProducer) {
         fr = std::make_unique<ForceVerifyRows>(16);
         fw = std::make_unique<ForceWarps>(2);
       }
-      Cfg c;
-      c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
-      c.geo = {1, 2, 128, 64}; c.ids = {4, -1, 1, 2}; c.slots = 6; c.seed = 97 + sc.window; c.pdl = true;
+      Cfg c = spec_case(sc, {1, 2, 128, 64}, 97 + sc.window);
+      c.pdl = true;
       const Stats s = spec_stream(c);
       std::printf("  [spec pdl%s %s/%s ring %s] out %.2e (cpu %.2e) ckpt %.2e flushes %d\n", one_stage ? " one stage" : "",
                   dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(), s.out_ref, s.out_cpu, s.ck_ref, s.flushes);
@@ -77,9 +82,7 @@ TEST(CudaGdnSpec, CtaShapes) {
     for (const GdnGeometry& geo : {GdnGeometry{1, 2, 128, 128}, GdnGeometry{1, 2, 64, 128}})
       for (const auto& sc : cases) {
         ForceWarps fw(warps);
-        Cfg c;
-        c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
-        c.geo = geo; c.ids = {4, -1, 1, 2}; c.slots = 6; c.seed = 91 + warps + sc.window;
+        const Cfg c = spec_case(sc, geo, 91 + warps + sc.window);
         const Stats s = spec_stream(c);
         std::printf("  [spec warps %d %s %s/%s ring %s B=%d T=%d] out %.2e (cpu %.2e) ckpt %.2e rings %.2e flushes %d\n", warps,
                     geo.to_string().c_str(), dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(), sc.history, sc.window,
@@ -102,9 +105,7 @@ TEST(CudaGdnSpec, ItemsPerCta) {
         for (const auto& sc : cases) {
           ForceWarps fw(warps);
           ForceVerifyIpc fi(ipc);
-          Cfg c;
-          c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
-          c.geo = geo; c.ids = {4, -1, 1, 2}; c.slots = 6; c.seed = 500 + ipc * 8 + warps + sc.window;
+          const Cfg c = spec_case(sc, geo, 500 + ipc * 8 + warps + sc.window);
           const Stats s = spec_stream(c);
           std::printf("  [spec ipc %d warps %d %s %s ring %s] out %.2e (cpu %.2e) ckpt %.2e rings %.2e flushes %d\n", ipc,
                       warps, geo.to_string().c_str(), dn(c.sd).c_str(), dn(c.rd).c_str(), s.out_ref, s.out_cpu, s.ck_ref,
@@ -131,9 +132,7 @@ TEST(CudaGdnSpec, WarpRows) {
           ForceVerifyRows fr(wr);
           ForceVerifyIpc fi(sh[0]);
           ForceWarps fw(sh[1]);
-          Cfg c;
-          c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
-          c.geo = geo; c.ids = {4, -1, 1, 2}; c.slots = 6; c.seed = 700 + wr + sh[0] * 4 + sh[1] + sc.window;
+          const Cfg c = spec_case(sc, geo, 700 + wr + sh[0] * 4 + sh[1] + sc.window);
           const Stats s = spec_stream(c);
           std::printf("  [spec rows %d ipc %d warps %d %s %s/%s ring %s] out %.2e (cpu %.2e) ckpt %.2e rings %.2e flushes %d\n",
                       wr, sh[0], sh[1], geo.to_string().c_str(), dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(),
@@ -163,9 +162,7 @@ TEST(CudaGdnSpec, CheckpointStages) {
           ForceVerifyRows fr(16);
           ForceVerifyIpc fi(sh[0]);
           ForceWarps fw(sh[1]);
-          Cfg c;
-          c.sd = sc.sd; c.ad = sc.ad; c.rd = sc.rd; c.spec = {sc.history, sc.window}; c.steps = sc.steps;
-          c.geo = geo; c.ids = {4, -1, 1, 2}; c.slots = 6; c.seed = 900 + sh[0] * 4 + sh[1] + sc.window;
+          const Cfg c = spec_case(sc, geo, 900 + sh[0] * 4 + sh[1] + sc.window);
           const Stats s = spec_stream(c);
           std::printf("  [spec stages %s ipc %d warps %d %s %s/%s ring %s] out %.2e (cpu %.2e) ckpt %.2e rings %.2e flushes %d\n",
                       stages, sh[0], sh[1], geo.to_string().c_str(), dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(),
