@@ -16,6 +16,17 @@ Cfg spec_case(const SpecCase& sc, const GdnGeometry& geo, uint64_t seed) {
   return c;
 }
 
+// One stream of the shape tests under the caller's forced kernel shape (`shape` names its knobs), printed and checked.
+void check_shape_case(const std::string& shape, const SpecCase& sc, const GdnGeometry& geo, uint64_t seed) {
+  const Cfg c = spec_case(sc, geo, seed);
+  const Stats s = spec_stream(c);
+  std::printf("  [spec %s %s %s/%s ring %s B=%d T=%d] out %.2e (cpu %.2e) ckpt %.2e rings %.2e flushes %d\n", shape.c_str(),
+              geo.to_string().c_str(), dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(), sc.history, sc.window, s.out_ref,
+              s.out_cpu, s.ck_ref, s.rings_cpu, s.flushes);
+  SCOPED_TRACE(shape + " " + geo.to_string() + " " + dn(c.sd) + "/" + dn(c.ad) + " ring " + dn(c.rd));
+  expect_spec_stream_ok(s, sc);
+}
+
 TEST(CudaGdnSpec, StreamsRandomAcceptance) {
   NEED_GPU();
   for (const auto& sc : kSpecStreamCases) {
@@ -82,13 +93,7 @@ TEST(CudaGdnSpec, CtaShapes) {
     for (const GdnGeometry& geo : {GdnGeometry{1, 2, 128, 128}, GdnGeometry{1, 2, 64, 128}})
       for (const auto& sc : cases) {
         ForceWarps fw(warps);
-        const Cfg c = spec_case(sc, geo, 91 + warps + sc.window);
-        const Stats s = spec_stream(c);
-        std::printf("  [spec warps %d %s %s/%s ring %s B=%d T=%d] out %.2e (cpu %.2e) ckpt %.2e rings %.2e flushes %d\n", warps,
-                    geo.to_string().c_str(), dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(), sc.history, sc.window,
-                    s.out_ref, s.out_cpu, s.ck_ref, s.rings_cpu, s.flushes);
-        SCOPED_TRACE("warps " + std::to_string(warps) + " " + geo.to_string());
-        expect_spec_stream_ok(s, sc);
+        check_shape_case("warps " + std::to_string(warps), sc, geo, 91 + warps + sc.window);
       }
 }
 
@@ -105,13 +110,8 @@ TEST(CudaGdnSpec, ItemsPerCta) {
         for (const auto& sc : cases) {
           ForceWarps fw(warps);
           ForceVerifyIpc fi(ipc);
-          const Cfg c = spec_case(sc, geo, 500 + ipc * 8 + warps + sc.window);
-          const Stats s = spec_stream(c);
-          std::printf("  [spec ipc %d warps %d %s %s ring %s] out %.2e (cpu %.2e) ckpt %.2e rings %.2e flushes %d\n", ipc,
-                      warps, geo.to_string().c_str(), dn(c.sd).c_str(), dn(c.rd).c_str(), s.out_ref, s.out_cpu, s.ck_ref,
-                      s.rings_cpu, s.flushes);
-          SCOPED_TRACE("ipc " + std::to_string(ipc) + " warps " + std::to_string(warps) + " " + geo.to_string());
-          expect_spec_stream_ok(s, sc);
+          check_shape_case("ipc " + std::to_string(ipc) + " warps " + std::to_string(warps), sc, geo,
+                           500 + ipc * 8 + warps + sc.window);
         }
 }
 
@@ -132,14 +132,8 @@ TEST(CudaGdnSpec, WarpRows) {
           ForceVerifyRows fr(wr);
           ForceVerifyIpc fi(sh[0]);
           ForceWarps fw(sh[1]);
-          const Cfg c = spec_case(sc, geo, 700 + wr + sh[0] * 4 + sh[1] + sc.window);
-          const Stats s = spec_stream(c);
-          std::printf("  [spec rows %d ipc %d warps %d %s %s/%s ring %s] out %.2e (cpu %.2e) ckpt %.2e rings %.2e flushes %d\n",
-                      wr, sh[0], sh[1], geo.to_string().c_str(), dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(),
-                      s.out_ref, s.out_cpu, s.ck_ref, s.rings_cpu, s.flushes);
-          SCOPED_TRACE("rows " + std::to_string(wr) + " ipc " + std::to_string(sh[0]) + " warps " + std::to_string(sh[1]) +
-                       " " + geo.to_string() + " " + dn(c.sd) + "/" + dn(c.ad));
-          expect_spec_stream_ok(s, sc);
+          check_shape_case("rows " + std::to_string(wr) + " ipc " + std::to_string(sh[0]) + " warps " + std::to_string(sh[1]),
+                           sc, geo, 700 + wr + sh[0] * 4 + sh[1] + sc.window);
         }
 }
 
@@ -162,14 +156,8 @@ TEST(CudaGdnSpec, CheckpointStages) {
           ForceVerifyRows fr(16);
           ForceVerifyIpc fi(sh[0]);
           ForceWarps fw(sh[1]);
-          const Cfg c = spec_case(sc, geo, 900 + sh[0] * 4 + sh[1] + sc.window);
-          const Stats s = spec_stream(c);
-          std::printf("  [spec stages %s ipc %d warps %d %s %s/%s ring %s] out %.2e (cpu %.2e) ckpt %.2e rings %.2e flushes %d\n",
-                      stages, sh[0], sh[1], geo.to_string().c_str(), dn(c.sd).c_str(), dn(c.ad).c_str(), dn(c.rd).c_str(),
-                      s.out_ref, s.out_cpu, s.ck_ref, s.rings_cpu, s.flushes);
-          SCOPED_TRACE(std::string("stages ") + stages + " ipc " + std::to_string(sh[0]) + " warps " + std::to_string(sh[1]) +
-                       " " + geo.to_string() + " " + dn(c.ad));
-          expect_spec_stream_ok(s, sc);
+          check_shape_case(std::string("stages ") + stages + " ipc " + std::to_string(sh[0]) + " warps " + std::to_string(sh[1]),
+                           sc, geo, 900 + sh[0] * 4 + sh[1] + sc.window);
         }
 }
 
