@@ -354,10 +354,20 @@ def test_export_state_fork_and_state_of(device):
         t2 = {k: torch.cat([v, v]) for k, v in t.items()}
         out = step([2, 1], t2)
         assert rel_err(out[1], out[0]) < 1e-5
-    with pytest.raises(replayssm.ReplaySSMError) as e:  # a destination that is another row's source
-        ops.mamba2_export_state(A_d, **caches.layer(0), slot_idx=int32([2, 0], device), dst=caches.layers[0]["checkpoint"],
-                                dst_idx=int32([0, 3], device))
+    # a destination that is another row's source: index values of CUDA tensors are checked with device validation on
+    # (docs/python.md), so the check runs with it, as assert_rejected does; nothing may be written
+    before = {k: v.clone() for k, v in caches.layer(0).items()}
+    was = replayssm.device_validation()
+    replayssm.set_device_validation(True)
+    try:
+        with pytest.raises(replayssm.ReplaySSMError) as e:
+            ops.mamba2_export_state(A_d, **caches.layer(0), slot_idx=int32([2, 0], device),
+                                    dst=caches.layers[0]["checkpoint"], dst_idx=int32([0, 3], device))
+    finally:
+        replayssm.set_device_validation(was)
     assert e.value.argument == "dst_idx"
+    for k, v in caches.layer(0).items():
+        assert torch.equal(v, before[k]), k
 
 
 # ---------------- bad input ----------------
