@@ -453,9 +453,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
       issue_hist(i + 1);
     }
     cp_async_commit();
-    if constexpr (STG == 2) cp_async_wait_group<1>();
-    else cp_async_wait_group<0>();
-    mbar_wait(&s_bar[warp][stg(i)], STG == 2 ? unsigned(i >> 1) & 1u : unsigned(i) & 1u);
+    cp_async_wait_group<STG - 1>();  // two stages: the next item's history copies may stay in flight
+    mbar_wait(&s_bar[warp][stg(i)], (unsigned(i) / STG) & 1u);  // a stage's phase flips at each of its items
     __syncwarp();  // every lane's history copies of this item have landed
     const int u = iv - iv0, hv = h * vpk + iv;
     ST* s_st = reinterpret_cast<ST*>(s_dyn + sm.st + stg(i) * sm.st_stage) + l * K + colt;  // + 8 nt K + m * CW

@@ -86,7 +86,7 @@ struct ForceVerifyIpc : ScopedEnv {
 struct ForceVerifyRows : ScopedEnv {
   explicit ForceVerifyRows(int r) : ScopedEnv("REPLAYSSM_GDN_VERIFY_WARP_ROWS", std::to_string(r)) {}
 };
-// Checkpoint stages per warp of the speculative verify ("1" or "2"; gdn_spec_verify.cu, verify_stages).
+// Checkpoint stages per warp of the speculative verify ("1" or "2"; gdn_spec_verify.cu, verify_shape).
 struct ForceVerifyStages : ScopedEnv {
   explicit ForceVerifyStages(const char* s) : ScopedEnv("REPLAYSSM_GDN_VERIFY_STAGES", s) {}
 };

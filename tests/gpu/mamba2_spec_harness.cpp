@@ -83,6 +83,26 @@ double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) 
 bool g_pdl_on = false;
 
 namespace {
+// The CPU op run on the host tensors: the values it leaves in `mut`, whose bytes are then put back, so that the GPU
+// run starts from the same inputs.
+template <class Op>
+std::vector<std::vector<double>> cpu_values(const std::vector<TensorView>& mut, Op cpu_op) {
+  std::vector<std::vector<uint8_t>> before;
+  for (auto& v : mut) before.push_back(bytes_of(v));
+  cpu_op();
+  std::vector<std::vector<double>> cpu;
+  for (auto& v : mut) cpu.push_back(values_of(v));
+  for (size_t i = 0; i < mut.size(); ++i) restore(mut[i], before[i]);
+  return cpu;
+}
+
+// Element by element equal, NaN == NaN (the rings may hold NaN poison).
+bool same_values(const std::vector<double>& a, const std::vector<double>& b) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) return false;
+  return true;
+}
+
 template <class Args, class Op>
 void run_on_device(Args& d, const std::vector<TensorView>& late, Op op) {
   if (!g_pdl_on) {
@@ -105,12 +125,7 @@ Backend gpu_backend(CpuDiff* diff) {
   Backend b = cpu_backend();
   b.spec_verify = [diff](const mamba2::VerifyArgs& a) {
     const std::vector<TensorView> mut = {a.out, a.cache.checkpoint, a.cache.x_ring, a.cache.dt_ring, a.cache.B_ring};
-    std::vector<std::vector<uint8_t>> before;
-    for (auto& v : mut) before.push_back(bytes_of(v));
-    mamba2::spec_verify(a);  // CPU
-    std::vector<std::vector<double>> cpu;
-    for (auto& v : mut) cpu.push_back(values_of(v));
-    for (size_t i = 0; i < mut.size(); ++i) restore(mut[i], before[i]);
+    const auto cpu = cpu_values(mut, [&] { mamba2::spec_verify(a); });
     {
       Mirrors m;
       mamba2::VerifyArgs d = a;
@@ -129,21 +144,13 @@ Backend gpu_backend(CpuDiff* diff) {
       diff->out = std::max(diff->out, max_rel_diff(values_of(a.out), cpu[0]));
       diff->state = std::max(diff->state, max_rel_diff(values_of(a.cache.checkpoint), cpu[1]));
       diff->dt_ring = std::max(diff->dt_ring, max_rel_diff(values_of(a.cache.dt_ring), cpu[3]));
-      const auto gx = values_of(a.cache.x_ring), gb = values_of(a.cache.B_ring);
-      for (size_t i = 0; i < gx.size(); ++i)
-        if (!(gx[i] == cpu[2][i] || (std::isnan(gx[i]) && std::isnan(cpu[2][i])))) { diff->rings_exact = false; break; }
-      for (size_t i = 0; i < gb.size(); ++i)
-        if (!(gb[i] == cpu[4][i] || (std::isnan(gb[i]) && std::isnan(cpu[4][i])))) { diff->rings_exact = false; break; }
+      if (!same_values(values_of(a.cache.x_ring), cpu[2]) || !same_values(values_of(a.cache.B_ring), cpu[4]))
+        diff->rings_exact = false;
     }
   };
   b.classic_spec = [diff](const mamba2::ClassicSpecArgs& a) {
     const std::vector<TensorView> mut = {a.out, a.state};
-    std::vector<std::vector<uint8_t>> before;
-    for (auto& v : mut) before.push_back(bytes_of(v));
-    mamba2::classic_spec_decode(a);
-    std::vector<std::vector<double>> cpu;
-    for (auto& v : mut) cpu.push_back(values_of(v));
-    for (size_t i = 0; i < mut.size(); ++i) restore(mut[i], before[i]);
+    const auto cpu = cpu_values(mut, [&] { mamba2::classic_spec_decode(a); });
     {
       Mirrors m;
       mamba2::ClassicSpecArgs d = a;
