@@ -67,6 +67,7 @@
 #include "cuda/bulk_copy.cuh"
 #include "cuda/env_choice.hpp"
 #include "cuda/gdn_common.cuh"
+#include "cuda/gdn_verify_tiles.cuh"
 #include "cuda/ops.hpp"
 #include "cuda/spec_mma.cuh"
 
@@ -75,7 +76,6 @@ namespace {
 
 using namespace gdn;
 
-constexpr int kT = kTMax;  // window positions (8)
 constexpr int kAR = 40;    // prologue A rows: w + 2n <= R + n <= 40
 constexpr int kRW = 8;     // state rows of one tile (the mma's n); a warp takes NT tiles per item
 constexpr int kMaxWarps = 8;
@@ -83,108 +83,6 @@ constexpr int kStages = 2;     // checkpoint / history stages per warp (at most)
 constexpr int kMinCtas = 2;    // ~100 KB of shared memory each at two stages, fp32 state, K = 128, history 16
 constexpr int kDefaultIpc = 16;  // items per CTA: at most this (and REPLAYSSM_GDN_VERIFY_IPC up to 16)
 constexpr int kMaxVh = 8;  // v-heads one CTA touches (<= its items; verify_ipc keeps it so)
-
-// 16 bytes global -> shared: cp.async where the source is 16-byte aligned, else 2-byte copies. The fallback is
-// a call, not inlined: inlined, ptxas predicated it into every copy loop and its 8 loads, 4 packs and 2 stores
-// issued (predicated off) for every aligned chunk too (ncu, tenth session: ~2 % of the verify's instructions).
-__device__ __noinline__ void stage16_unaligned(void* dst, const void* src) {
-  const uint16_t* s = static_cast<const uint16_t*>(src);
-  uint16_t* d = static_cast<uint16_t*>(dst);
-#pragma unroll
-  for (int e = 0; e < 8; ++e) d[e] = s[e];
-}
-__device__ __forceinline__ void stage16(void* dst, const void* src) {
-  if ((reinterpret_cast<uintptr_t>(src) & 15u) == 0) cp_async16(dst, src);
-  else stage16_unaligned(dst, src);
-}
-
-// N consecutive T from shared memory as fp32 (p aligned to N * sizeof(T), at most 16 bytes per access).
-template <class T, int N>
-__device__ __forceinline__ void lds_f(const T* p, float (&v)[N]) {
-  if constexpr (sizeof(T) == 4) {
-#pragma unroll
-    for (int e = 0; e < N; e += 4) {
-      const float4 f = *reinterpret_cast<const float4*>(p + e);
-      v[e] = f.x; v[e + 1] = f.y; v[e + 2] = f.z; v[e + 3] = f.w;
-    }
-  } else if constexpr (N % 8 == 0) {
-#pragma unroll
-    for (int e = 0; e < N; e += 8) {
-      const uint4 u = *reinterpret_cast<const uint4*>(p + e);
-      const T* h = reinterpret_cast<const T*>(&u);
-#pragma unroll
-      for (int x = 0; x < 8; ++x) v[e + x] = Traits<T>::to_f(h[x]);
-    }
-  } else {
-    static_assert(N == 4, "4 or 8k elements");
-    const uint2 u = *reinterpret_cast<const uint2*>(p);
-    const T* h = reinterpret_cast<const T*>(&u);
-#pragma unroll
-    for (int x = 0; x < 4; ++x) v[x] = Traits<T>::to_f(h[x]);
-  }
-}
-
-// The window operand of one chunk (VEC columns of this lane): q_g, k_g at the lane's columns (AT, shared),
-// split into TF32 parts for the VEC / 2 k-steps; live = g < n (else W rows are 0). Loaded once per chunk and
-// shared by every 8-row tile of the warp (tile_b).
-template <class AT, int VEC>
-__device__ __forceinline__ void tile_a(uint32_t (&ah)[VEC / 2][4], uint32_t (&al)[VEC / 2][4], const AT* qrow,
-                                       const AT* krow, bool live) {
-  constexpr int AP = spec::Parts<AT>::kN;
-  float qv[VEC], kv[VEC];
-  lds_f<AT, VEC>(qrow, qv);
-  lds_f<AT, VEC>(krow, kv);
-#pragma unroll
-  for (int e = 0; e < VEC / 2; ++e) {
-    spec::split_tf32<AP>(live ? qv[2 * e] : 0.f, ah[e][0], al[e][0]);
-    spec::split_tf32<AP>(live ? kv[2 * e] : 0.f, ah[e][1], al[e][1]);
-    spec::split_tf32<AP>(live ? qv[2 * e + 1] : 0.f, ah[e][2], al[e][2]);
-    spec::split_tf32<AP>(live ? kv[2 * e + 1] : 0.f, ah[e][3], al[e][3]);
-  }
-}
-// d += W S^T over one chunk: bv = the lane's B-row values (row g of the tile). Warp-uniform call (mma.sync).
-template <class AT, int VEC, int BP>
-__device__ __forceinline__ void tile_b(float (&d)[4], const float (&bv)[VEC], const uint32_t (&ah)[VEC / 2][4],
-                                       const uint32_t (&al)[VEC / 2][4]) {
-  constexpr int AP = spec::Parts<AT>::kN;
-#pragma unroll
-  for (int e = 0; e < VEC / 2; ++e) {
-    uint32_t bh0, bl0, bh1, bl1;
-    spec::split_tf32<BP, false>(bv[2 * e], bh0, bl0);
-    spec::split_tf32<BP, false>(bv[2 * e + 1], bh1, bl1);
-    spec::mma_passes<AP, BP>(d, ah[e], al[e], bh0, bh1, bl0, bl1);
-  }
-}
-template <class AT, int VEC, int BP>
-__device__ __forceinline__ void tile_chunk(float (&d)[4], const float (&bv)[VEC], const AT* qrow, const AT* krow,
-                                           bool live) {
-  uint32_t ah[VEC / 2][4], al[VEC / 2][4];
-  tile_a<AT, VEC>(ah, al, qrow, krow, live);
-  tile_b<AT, VEC, BP>(d, bv, ah, al);
-}
-
-// Dynamic shared memory of a CTA (byte offsets; every block a multiple of 16 bytes): per stage the
-// checkpoint rows [rpc][K] (ST), the d history [HB][rpc] (d ring dtype), the window's v [kT][rpc] (AT);
-// once: the window's q, k [kT][KP] (AT) and the k history [HB][KP] (k ring dtype).
-struct VerifySmem {
-  size_t st, st_stage, dh, dh_stage, vv, vv_stage, q, k, kr, total;
-};
-__host__ __device__ __forceinline__ VerifySmem verify_smem(int rpc, int K, int ssz, int asz, int HB, int ksz, int dsz,
-                                                          int stages) {
-  VerifySmem m;
-  const size_t KP = size_t(K) + 16;
-  m.st = 0;
-  m.st_stage = size_t(rpc) * K * ssz;
-  m.dh = m.st + stages * m.st_stage;
-  m.dh_stage = size_t(HB) * rpc * dsz;
-  m.vv = m.dh + stages * m.dh_stage;
-  m.vv_stage = size_t(kT) * rpc * asz;
-  m.q = m.vv + stages * m.vv_stage;
-  m.k = m.q + size_t(kT) * KP * asz;
-  m.kr = m.k + size_t(kT) * KP * asz;
-  m.total = m.kr + size_t(HB) * KP * ksz;
-  return m;
-}
 
 // One CTA = one (row, k-head) and `ipc` consecutive items of it; item it = (v-head iv = it / slices of the
 // k-head's vpk, slice it % slices of rpc = 8 nw state rows). Once per CTA: slot, window, cursor, the window's
