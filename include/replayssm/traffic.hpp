@@ -1,6 +1,7 @@
 // Bytes a decode step moves through memory, by our own count (the model the benchmarks and the
 // demo report against). Per step for `rows` live rows; each input read once, each output written once.
 #pragma once
+#include "replayssm/cursor.hpp"
 #include "replayssm/dtype.hpp"
 #include "replayssm/geometry.hpp"
 
@@ -34,5 +35,20 @@ StepBytes mamba2_replay_cycle_bytes(const Mamba2Geometry& g, int rows, int L, Dt
 StepBytes gdn_classic_step_bytes(const GdnGeometry& g, int rows, DtypePair t, int gate_width = 1);
 StepBytes gdn_replay_step_bytes(const GdnGeometry& g, int rows, int L, int w, DtypePair t, int gate_width = 1);
 StepBytes gdn_replay_cycle_bytes(const GdnGeometry& g, int rows, int L, DtypePair t, int gate_width = 1);
+
+// Speculative decode over a long stream whose accepted counts are uniform in 1..T with every window full: the
+// fraction of verify steps that flush (strict early flush, SpecConfig::flush_due) and the mean committed history w a
+// verify step reads, as the expectation over the first `steps` steps after a reset (the cursor's law, no sampling).
+struct SpecStreamStats {
+  double flush_fraction = 0, mean_history = 0;
+};
+SpecStreamStats spec_stream_stats(const SpecConfig& spec, int steps = 4096);
+
+// One verify + commit step of such a stream, per layer: the checkpoint read every step and written on flush steps,
+// the w history tokens read, the window's T tokens written into the ring, the window's inputs and outputs.
+// history = ring_len - window (the same ring as a shorter history) flushes least for its memory (docs/notes-mamba2-spec.md,
+// thirtieth session).
+StepBytes mamba2_spec_step_bytes(const Mamba2Geometry& g, int rows, const SpecConfig& spec, DtypePair t);
+StepBytes gdn_spec_step_bytes(const GdnGeometry& g, int rows, const SpecConfig& spec, DtypePair t, int gate_width = 1);
 
 }  // namespace replayssm

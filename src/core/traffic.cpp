@@ -1,5 +1,8 @@
 #include "replayssm/traffic.hpp"
 
+#include <algorithm>
+#include <vector>
+
 namespace replayssm {
 
 StepBytes& StepBytes::operator+=(const StepBytes& o) {
@@ -84,6 +87,61 @@ StepBytes gdn_replay_cycle_bytes(const GdnGeometry& g, int rows, int L, DtypePai
   StepBytes sum;
   for (int w = 0; w < L; ++w) sum += gdn_replay_step_bytes(g, rows, L, w, t, gate_width);
   return sum.scaled(1.0 / L);
+}
+
+SpecStreamStats spec_stream_stats(const SpecConfig& spec, int steps) {
+  spec.validate();
+  const int T = spec.window, W = spec.history + T;  // w never exceeds the history; W bounds the table
+  std::vector<double> p(size_t(W) + 1, 0.0), q(size_t(W) + 1);
+  p[0] = 1.0;  // a reset row
+  SpecStreamStats st;
+  for (int i = 0; i < steps; ++i) {
+    std::fill(q.begin(), q.end(), 0.0);
+    for (int w = 0; w <= W; ++w) {
+      if (p[size_t(w)] == 0.0) continue;
+      const bool flush = spec.flush_due(w);
+      st.mean_history += p[size_t(w)] * w;
+      if (flush) st.flush_fraction += p[size_t(w)];
+      for (int k = 1; k <= T; ++k) q[size_t(flush ? k : w + k)] += p[size_t(w)] / T;  // commit_cursors
+    }
+    p.swap(q);
+  }
+  st.flush_fraction /= steps;
+  st.mean_history /= steps;
+  return st;
+}
+
+StepBytes mamba2_spec_step_bytes(const Mamba2Geometry& g, int rows, const SpecConfig& spec, DtypePair t) {
+  const SpecStreamStats st = spec_stream_stats(spec);
+  const double a = dtype_size(t.act), T = spec.window, HP = double(g.heads) * g.headdim, GN = double(g.groups) * g.dstate;
+  const double S = double(rows) * HP * g.dstate * dtype_size(t.state);
+  const double entry = HP * a + 4.0 * g.heads + GN * a;  // x, fp32 delta, B of one token
+  StepBytes b;
+  b.state_read = S;
+  b.state_write = S * st.flush_fraction;
+  b.ring_read = rows * st.mean_history * entry;
+  b.ring_write = rows * T * entry;
+  // the window's x, dt, B, C and outputs, the row's slot, window bounds and cursor; A, dt_bias, D
+  b.io = rows * (T * (2 * HP * a + g.heads * a + 2 * GN * a) + 16.0) + 3.0 * 4 * g.heads;
+  return b;
+}
+
+StepBytes gdn_spec_step_bytes(const GdnGeometry& g, int rows, const SpecConfig& spec, DtypePair t, int gate_width) {
+  const SpecStreamStats st = spec_stream_stats(spec);
+  const double r = dtype_size(t.ring), T = spec.window;
+  const double S = double(rows) * g.v_heads * g.head_v_dim * g.head_k_dim * dtype_size(t.state);
+  const double entry =
+      double(g.v_heads) * g.head_v_dim * r + double(g.k_heads) * g.head_k_dim * r + 4.0 * g.v_heads * gate_width;
+  StepBytes b;
+  b.state_read = S;
+  b.state_write = S * st.flush_fraction;
+  b.ring_read = rows * st.mean_history * entry;
+  b.ring_write = rows * T * entry;
+  // the window's q, k, v, gates and outputs, the row's slot, window bounds and cursor; A_log, dt_bias
+  const double a = dtype_size(t.act), HVV = double(g.v_heads) * g.head_v_dim;
+  const double tok = 2.0 * g.k_heads * g.head_k_dim * a + 2 * HVV * a + (1.0 + gate_width) * g.v_heads * a;
+  b.io = rows * (T * tok + 16.0) + (1.0 + gate_width) * 4 * g.v_heads;
+  return b;
 }
 
 }  // namespace replayssm

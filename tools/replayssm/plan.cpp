@@ -8,6 +8,7 @@
 #include "replayssm/commands.hpp"
 #include "replayssm/error.hpp"
 #include "replayssm/serving/planner.hpp"
+#include "replayssm/traffic.hpp"
 
 namespace replayssm::tools {
 
@@ -20,6 +21,31 @@ struct PlanOptions {
   int tp = 0, window = 0, history = 0, ring = 0, context = 0;  // 0 = keep the model file's value
   bool json = false;
 };
+
+// Bytes by count of one verify + commit step over one classic plain step, per layer (traffic.hpp: accepted counts uniform
+// in 1..T), at `spec` and at the history that fills the same ring (ring_len - window).
+struct SpecTraffic {
+  double ratio = 0, flush = 0;            // at spec.history
+  int full_history = 0;                   // ring_len - window
+  double full_ratio = 0, full_flush = 0;  // at full_history
+};
+SpecTraffic spec_traffic(const serving::SsmLayer& l, const SpecConfig& spec) {
+  const DtypePair t{l.state_dtype, l.act_dtype, l.ring_dtype};
+  const int gw = l.gate_per_channel ? l.gdn.head_k_dim : 1;
+  const auto ratio = [&](const SpecConfig& s) {
+    if (l.kind == serving::SsmKind::mamba2)
+      return mamba2_spec_step_bytes(l.mamba2, 1, s, t).total() / mamba2_classic_step_bytes(l.mamba2, 1, t).total();
+    return gdn_spec_step_bytes(l.gdn, 1, s, t, gw).total() / gdn_classic_step_bytes(l.gdn, 1, t, gw).total();
+  };
+  SpecTraffic r;
+  const SpecConfig full{spec.ring_len() - spec.window, spec.window};
+  r.ratio = ratio(spec);
+  r.flush = spec_stream_stats(spec).flush_fraction;
+  r.full_history = full.history;
+  r.full_ratio = ratio(full);
+  r.full_flush = spec_stream_stats(full).flush_fraction;
+  return r;
+}
 
 nlohmann::json to_json(const serving::MemoryPlan& p) {
   using nlohmann::json;
@@ -49,6 +75,13 @@ nlohmann::json to_json(const serving::MemoryPlan& p) {
            {{"replay_spec_over_classic_spec", p.ratio(PlanMode::replay_spec, PlanMode::classic_spec)},
             {"replay_spec_over_classic_plain", p.ratio(PlanMode::replay_spec, PlanMode::classic_plain)},
             {"replay_plain_over_classic_plain", p.ratio(PlanMode::replay_plain, PlanMode::classic_plain)}}},
+          {"spec_traffic",
+           [&] {
+             const SpecTraffic st = spec_traffic(p.layer, m.serving.spec);
+             return json{{"verify_over_plain_bytes", st.ratio}, {"flush_fraction", st.flush},
+                         {"full_ring_history", st.full_history}, {"full_ring_verify_over_plain_bytes", st.full_ratio},
+                         {"full_ring_flush_fraction", st.full_flush}};
+           }()},
           {"sources", m.sources},
           {"unconfirmed", m.unconfirmed}};
 }
@@ -72,6 +105,14 @@ void run_plan(const PlanOptions& o) {
     return;
   }
   std::fputs(serving::format_plan(plan).c_str(), stdout);
+  const SpecTraffic st = spec_traffic(plan.layer, m.serving.spec);
+  std::printf("speculative traffic by count (accepted counts uniform in 1..T): verify + commit %.3fx one classic plain "
+              "step's bytes, flush on %.1f %% of steps",
+              st.ratio, 100 * st.flush);
+  if (st.full_history != m.serving.spec.history)
+    std::printf("; history %d (= ring %d - T, the same memory): %.3fx, flush on %.1f %%", st.full_history,
+                m.serving.spec.ring_len(), st.full_ratio, 100 * st.full_flush);
+  std::printf("\n");
   for (const std::string& u : m.unconfirmed) std::printf("unconfirmed: %s\n", u.c_str());
 }
 
