@@ -111,32 +111,34 @@ SpecStreamStats spec_stream_stats(const SpecConfig& spec, int steps) {
   return st;
 }
 
-StepBytes mamba2_spec_step_bytes(const Mamba2Geometry& g, int rows, const SpecConfig& spec, DtypePair t) {
+// The checkpoint and ring terms of a verify + commit step (S: the rows' checkpoint bytes, entry: one token's ring bytes
+// of a row): the checkpoint read every step and written on flush steps, the mean history read, the window appended.
+static StepBytes spec_state_and_ring(double S, double entry, int rows, const SpecConfig& spec) {
   const SpecStreamStats st = spec_stream_stats(spec);
-  const double a = dtype_size(t.act), T = spec.window, HP = double(g.heads) * g.headdim, GN = double(g.groups) * g.dstate;
-  const double S = double(rows) * HP * g.dstate * dtype_size(t.state);
-  const double entry = HP * a + 4.0 * g.heads + GN * a;  // x, fp32 delta, B of one token
   StepBytes b;
   b.state_read = S;
   b.state_write = S * st.flush_fraction;
   b.ring_read = rows * st.mean_history * entry;
-  b.ring_write = rows * T * entry;
+  b.ring_write = double(rows) * spec.window * entry;
+  return b;
+}
+
+StepBytes mamba2_spec_step_bytes(const Mamba2Geometry& g, int rows, const SpecConfig& spec, DtypePair t) {
+  const double a = dtype_size(t.act), T = spec.window, HP = double(g.heads) * g.headdim, GN = double(g.groups) * g.dstate;
+  const double S = double(rows) * HP * g.dstate * dtype_size(t.state);
+  const double entry = HP * a + 4.0 * g.heads + GN * a;  // x, fp32 delta, B of one token
+  StepBytes b = spec_state_and_ring(S, entry, rows, spec);
   // the window's x, dt, B, C and outputs, the row's slot, window bounds and cursor; A, dt_bias, D
   b.io = rows * (T * (2 * HP * a + g.heads * a + 2 * GN * a) + 16.0) + 3.0 * 4 * g.heads;
   return b;
 }
 
 StepBytes gdn_spec_step_bytes(const GdnGeometry& g, int rows, const SpecConfig& spec, DtypePair t, int gate_width) {
-  const SpecStreamStats st = spec_stream_stats(spec);
   const double r = dtype_size(t.ring), T = spec.window;
   const double S = double(rows) * g.v_heads * g.head_v_dim * g.head_k_dim * dtype_size(t.state);
   const double entry =
       double(g.v_heads) * g.head_v_dim * r + double(g.k_heads) * g.head_k_dim * r + 4.0 * g.v_heads * gate_width;
-  StepBytes b;
-  b.state_read = S;
-  b.state_write = S * st.flush_fraction;
-  b.ring_read = rows * st.mean_history * entry;
-  b.ring_write = rows * T * entry;
+  StepBytes b = spec_state_and_ring(S, entry, rows, spec);
   // the window's q, k, v, gates and outputs, the row's slot, window bounds and cursor; A_log, dt_bias
   const double a = dtype_size(t.act), HVV = double(g.v_heads) * g.head_v_dim;
   const double tok = 2.0 * g.k_heads * g.head_k_dim * a + 2 * HVV * a + (1.0 + gate_width) * g.v_heads * a;

@@ -32,18 +32,20 @@ struct SpecTraffic {
 SpecTraffic spec_traffic(const serving::SsmLayer& l, const SpecConfig& spec) {
   const DtypePair t{l.state_dtype, l.act_dtype, l.ring_dtype};
   const int gw = l.gate_per_channel ? l.gdn.head_k_dim : 1;
-  const auto ratio = [&](const SpecConfig& s) {
-    if (l.kind == serving::SsmKind::mamba2)
-      return mamba2_spec_step_bytes(l.mamba2, 1, s, t).total() / mamba2_classic_step_bytes(l.mamba2, 1, t).total();
-    return gdn_spec_step_bytes(l.gdn, 1, s, t, gw).total() / gdn_classic_step_bytes(l.gdn, 1, t, gw).total();
+  const double plain = l.kind == serving::SsmKind::mamba2 ? mamba2_classic_step_bytes(l.mamba2, 1, t).total()
+                                                          : gdn_classic_step_bytes(l.gdn, 1, t, gw).total();
+  // (bytes over the plain step's, flush fraction): the fraction is the checkpoint's write / read share of the bytes
+  const auto measure = [&](const SpecConfig& s, double& ratio, double& flush) {
+    const StepBytes b = l.kind == serving::SsmKind::mamba2 ? mamba2_spec_step_bytes(l.mamba2, 1, s, t)
+                                                           : gdn_spec_step_bytes(l.gdn, 1, s, t, gw);
+    ratio = b.total() / plain;
+    flush = b.state_write / b.state_read;
   };
   SpecTraffic r;
   const SpecConfig full{spec.ring_len() - spec.window, spec.window};
-  r.ratio = ratio(spec);
-  r.flush = spec_stream_stats(spec).flush_fraction;
+  measure(spec, r.ratio, r.flush);
   r.full_history = full.history;
-  r.full_ratio = ratio(full);
-  r.full_flush = spec_stream_stats(full).flush_fraction;
+  measure(full, r.full_ratio, r.full_flush);
   return r;
 }
 
