@@ -51,4 +51,10 @@ SpecStreamStats spec_stream_stats(const SpecConfig& spec, int steps = 4096);
 StepBytes mamba2_spec_step_bytes(const Mamba2Geometry& g, int rows, const SpecConfig& spec, DtypePair t);
 StepBytes gdn_spec_step_bytes(const GdnGeometry& g, int rows, const SpecConfig& spec, DtypePair t, int gate_width = 1);
 
+// The history in [window, ring_len - window] (no more memory than spec's ring) whose verify + commit moves the fewest
+// bytes by this count; ties go to the longer history. For bf16 rings that is ring_len - window; float32 GDN rings at
+// small T (long histories read more than their fewer flushes save) prefer shorter ones.
+SpecConfig mamba2_best_spec_history(const Mamba2Geometry& g, const SpecConfig& spec, DtypePair t);
+SpecConfig gdn_best_spec_history(const GdnGeometry& g, const SpecConfig& spec, DtypePair t, int gate_width = 1);
+
 }  // namespace replayssm

@@ -146,4 +146,26 @@ StepBytes gdn_spec_step_bytes(const GdnGeometry& g, int rows, const SpecConfig& 
   return b;
 }
 
+// Scan every history of the ring (a few dozen cursor laws of ~32 states, microseconds each).
+template <class Bytes>
+static SpecConfig best_history(const SpecConfig& spec, Bytes bytes) {
+  spec.validate();
+  SpecConfig best = spec;
+  double least = bytes(spec);
+  for (int h = spec.window; h <= spec.ring_len() - spec.window; ++h) {
+    const SpecConfig s{h, spec.window};
+    const double b = bytes(s);
+    if (b < least || (b == least && h > best.history)) least = b, best = s;
+  }
+  return best;
+}
+
+SpecConfig mamba2_best_spec_history(const Mamba2Geometry& g, const SpecConfig& spec, DtypePair t) {
+  return best_history(spec, [&](const SpecConfig& s) { return mamba2_spec_step_bytes(g, 1, s, t).total(); });
+}
+
+SpecConfig gdn_best_spec_history(const GdnGeometry& g, const SpecConfig& spec, DtypePair t, int gate_width) {
+  return best_history(spec, [&](const SpecConfig& s) { return gdn_spec_step_bytes(g, 1, s, t, gate_width).total(); });
+}
+
 }  // namespace replayssm

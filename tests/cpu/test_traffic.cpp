@@ -89,3 +89,26 @@ TEST(SpecTraffic, FullRingHistoryMovesFewerBytesForTheSameRing) {
   EXPECT_NEAR(mamba2_spec_step_bytes(super, 1, {16, 4}, t).total() / plain, 0.631, 0.002);
   EXPECT_NEAR(mamba2_spec_step_bytes(super, 1, {28, 4}, t).total() / plain, 0.604, 0.002);
 }
+
+TEST(SpecTraffic, BestHistoryIsTheLeastBytesOfTheRing) {
+  const DtypePair bf16_rings{DType::f32, DType::bf16, DType::bf16}, f32_rings{DType::f32, DType::bf16, DType::f32};
+  const Mamba2Geometry super = find_mamba2_preset("nemotron3-super-120b").geo;
+  const GdnGeometry qwen = find_gdn_preset("qwen3.5-4b").geo;
+  for (int T : {2, 4, 6, 8}) {
+    const SpecConfig spec{16, T};
+    const SpecConfig m = mamba2_best_spec_history(super, spec, bf16_rings);
+    EXPECT_EQ(m.window, T);
+    EXPECT_EQ(m.ring_len(), spec.ring_len());
+    if (T >= 4) EXPECT_EQ(m.history, spec.ring_len() - T) << "T=" << T;  // the notes' table (T = 2: 26, within 1e-3)
+    const double least = mamba2_spec_step_bytes(super, 1, m, bf16_rings).total();
+    for (int h = T; h <= spec.ring_len() - T; ++h)
+      EXPECT_LE(least, mamba2_spec_step_bytes(super, 1, {h, T}, bf16_rings).total()) << "T=" << T << " h=" << h;
+    const SpecConfig g = gdn_best_spec_history(qwen, spec, f32_rings);
+    const double gl = gdn_spec_step_bytes(qwen, 1, g, f32_rings).total();
+    for (int h = T; h <= spec.ring_len() - T; ++h)
+      EXPECT_LE(gl, gdn_spec_step_bytes(qwen, 1, {h, T}, f32_rings).total()) << "T=" << T << " h=" << h;
+  }
+  // float32 GDN rings at T = 2: a history shorter than the ring allows (the full ring reads more than it saves)
+  EXPECT_LT(gdn_best_spec_history(qwen, {16, 2}, f32_rings).history, 30);
+  EXPECT_EQ(gdn_best_spec_history(qwen, {16, 4}, bf16_rings).history, 28);
+}
