@@ -50,6 +50,24 @@ struct Buf {
 TensorView tv(const Buf& b, DType t, std::initializer_list<int64_t> shape) {
   return TensorView::contiguous(b.p, t, shape, Device::cuda(0));
 }
+
+// Each row of the speculative bench accepts the same count k every step, so its cursor runs a fixed cycle from the reset
+// (SpecConfig::flush_due, commit_cursors). The mean committed history a verify reads and the share of flush steps over
+// the timed replays of a graph of `steps` steps (one warm-up replay first, as time_graph runs it), averaged over rows.
+struct CursorLaw { double flush = 0, mean_w = 0; };
+CursorLaw fixed_accept_law(const SpecConfig& spec, const std::vector<int32_t>& acc, int steps, int reps) {
+  CursorLaw law;
+  for (const int32_t k : acc) {
+    int w = 0;
+    for (int i = 0; i < (1 + reps) * steps; ++i) {
+      const bool flush = spec.flush_due(w);
+      if (i >= steps) law.flush += flush, law.mean_w += w;
+      w = flush ? k : w + k;
+    }
+  }
+  const double n = double(acc.size()) * reps * steps;
+  return {law.flush / n, law.mean_w / n};
+}
 // Block k of a pool buffer cut into blocks of `shape` (k = 0, 1, ...).
 TensorView tv_block(const Buf& b, DType t, int64_t k, std::initializer_list<int64_t> shape) {
   int64_t n = 1;
@@ -280,12 +298,14 @@ void run_bench_gdn(const BenchGdnOptions& o) {
                              o.pdl);
             }
         });
-        // bytes: checkpoint read, the history at its mean fill (about B/2), the window's inputs,
-        // outputs and ring writes, plus a checkpoint write about every (B - T + 1) / mean-accepted steps.
-        const double mean_acc = (T + 1) / 2.0, fill = o.history / 2.0;
-        const double flush_every = std::max(1.0, (o.history - T + 1) / mean_acc);
-        const double v_bytes = B * (state_b * (1 + 1 / flush_every) + fill * (HV * V * er + H * K * er + HV * 4.0 * gw) +
-                                    T * (tok_in + tok_out + HV * V * er + H * K * er + HV * 4.0 * gw));
+        // bytes: checkpoint read (and written on flush steps), the committed history read, the window's inputs, outputs
+        // and ring writes; the history and flush share are the cursors' own over the timed replays (fixed_accept_law)
+        const double entry = HV * V * er + H * K * er + HV * 4.0 * gw;
+        auto verify_bytes = [&](int steps) {
+          const CursorLaw law = fixed_accept_law(spec, acc, steps, o.reps);
+          return B * (state_b * (1 + law.flush) + law.mean_w * entry + T * (tok_in + tok_out + entry));
+        };
+        const double v_bytes = verify_bytes(nsteps);
         report("verify+commit", T, t_v, v_bytes, t_cs, ns, cs_bytes);
         // As an engine runs it: the ns slot sets as ns layers (each its own checkpoint and rings, the same slot ids)
         // sharing one cursor tensor; every step verifies each layer, then commits once. Per layer step.
@@ -306,7 +326,7 @@ void run_bench_gdn(const BenchGdnOptions& o) {
                              tv(qsl_b, DType::i32, {B + 1}), spec, st, o.pdl);
             }
           });
-          report("verify, " + std::to_string(ns) + " layers", T, t_lay, v_bytes, t_cs, ns, cs_bytes);
+          report("verify, " + std::to_string(ns) + " layers", T, t_lay, verify_bytes(lsteps), t_cs, ns, cs_bytes);
         }
       }
     }
