@@ -23,6 +23,7 @@
 #include "replayssm/bench_gdn.hpp"
 #include "replayssm/bench_types.hpp"
 #include "replayssm/replayssm.hpp"
+#include "replayssm/traffic.hpp"
 
 namespace replayssm::tools {
 namespace {
@@ -113,6 +114,7 @@ struct Row {
   std::string model, what;
   int batch = 0, T = 0;
   double us = 0, bytes = 0, ratio = 0;  // ratio: to the classic comparator (classic us / this us)
+  int history = 0;                      // speculative rows: the history B they ran at
 };
 
 }  // namespace
@@ -124,8 +126,9 @@ void run_bench_gdn(const BenchGdnOptions& o) {
   ck(cudaGetDeviceProperties(&prop, 0), "device");
   const double copy = bench::copy_bandwidth_tbps();
   const bool pc = o.gates == "per-channel";
-  std::printf("device %s, copy bandwidth %.2f TB/s (read + write); state %s act %s ring %s L=%d B=%d%s%s\n", prop.name, copy,
-              o.state.c_str(), o.act.c_str(), o.ring.c_str(), o.L, o.history,
+  std::printf("device %s, copy bandwidth %.2f TB/s (read + write); state %s act %s ring %s L=%d B=%s%s%s\n", prop.name, copy,
+              o.state.c_str(), o.act.c_str(), o.ring.c_str(), o.L,
+              o.history ? std::to_string(o.history).c_str() : "fewest bytes by count in the ring of 16 + T",
               cuda::use_pdl(o.pdl) ? "; classic and replay steps launched with pdl" : "", pc ? "; per-channel gates" : "");
   std::printf("%-20s %5s %-22s %3s %10s %10s %7s %6s %9s %7s %4s\n", "model", "batch", "op", "T", "us", "MB", "TB/s", "frac",
               "vs classic", "bytes x", "sets");
@@ -186,8 +189,9 @@ void run_bench_gdn(const BenchGdnOptions& o) {
       };
       const TensorView outv = tv(out, ad, {B, HV, V});
       const double classic_bytes = B * (2 * state_b + tok_in + tok_out);
+      int cur_history = 0;  // the speculative rows' history (the T loop below sets it)
       auto report = [&](const std::string& what, int T, double us, double bytes, double classic_us, int sets, double ref_bytes) {
-        Row r{mname, what, B, T, us, bytes, classic_us > 0 ? classic_us / us : 0};
+        Row r{mname, what, B, T, us, bytes, classic_us > 0 ? classic_us / us : 0, T ? cur_history : 0};
         rows.push_back(r);
         const double tb = bytes / us * 1e-6;
         std::printf("%-20s %5d %-22s %3d %10.2f %10.2f %7.3f %6.3f %8.2fx %7.3f %4d\n", mname.c_str(), B, what.c_str(), T, us,
@@ -255,7 +259,8 @@ void run_bench_gdn(const BenchGdnOptions& o) {
 
       // speculative: classic spec path vs verify + commit
       for (int T : o.windows) {
-        if (T < 1 || T > 8 || o.history < T || o.history + T > 32) {
+        const int hist = o.history ? o.history : gdn_best_spec_history(geo, {16, T}, {sd, ad, rd}, int(gw)).history;
+        if (T < 1 || T > 8 || hist < T || hist + T > 32) {
           std::printf("  skipping T=%d (CUDA: 1 <= T <= 8, T <= history, history + T <= 32)\n", T);
           continue;
         }
@@ -282,14 +287,16 @@ void run_bench_gdn(const BenchGdnOptions& o) {
                                      st);
         });
         report("classic spec", T, t_cs, cs_bytes, t_cs, ns_spec, cs_bytes);
-        const SpecConfig spec{o.history, T};
+        const SpecConfig spec{hist, T};
+        if (!o.history) std::printf("  T=%d: history %d (ring %d)\n", T, hist, spec.ring_len());
+        cur_history = hist;
         const int R = spec.ring_len();
         Buf sdr(size_t(rs * HV * R * V) * size_t(er)), skr(size_t(rs * H * R * K) * size_t(er)), sgr(size_t(rs * HV * R * gw) * 4),
             scur(size_t(rs) * 8);
         gdn::SpecCache sc{pool_state, tv(sdr, rd, {rs, HV, R, V}), tv(skr, rd, {rs, H, R, K}), g_ring(sgr, 0, rs, R),
                           tv(scur, DType::i32, {rs, 2})};
         sc.checkpoint.shape[0] = rs;
-        const int nsteps = std::max(o.steps, 2 * o.history);
+        const int nsteps = std::max(o.steps, 2 * hist);
         const double t_v = time_graph(st, o.reps, nsteps * ns, [&] {
           for (int i = 0; i < nsteps; ++i)
             for (int s = 0; s < ns; ++s) {
@@ -344,7 +351,8 @@ void run_bench_gdn(const BenchGdnOptions& o) {
     j["gates"] = o.gates;
     for (const Row& r : rows)
       j["results"].push_back({{"model", r.model}, {"op", r.what}, {"batch", r.batch}, {"T", r.T}, {"us", r.us}, {"bytes", r.bytes},
-                              {"tbps", r.bytes / r.us * 1e-6}, {"frac_copy", r.bytes / r.us * 1e-6 / copy}, {"speedup_vs_classic", r.ratio}});
+                              {"tbps", r.bytes / r.us * 1e-6}, {"frac_copy", r.bytes / r.us * 1e-6 / copy}, {"speedup_vs_classic", r.ratio},
+                              {"history", r.history}});
     std::ofstream(o.json) << j.dump(1) << "\n";
     std::printf("wrote %s\n", o.json.c_str());
   }

@@ -26,6 +26,7 @@
 #include "replayssm/bench_spec.hpp"
 #include "replayssm/bench_types.hpp"
 #include "replayssm/replayssm.hpp"
+#include "replayssm/traffic.hpp"
 
 namespace replayssm::tools {
 namespace {
@@ -128,7 +129,7 @@ double time_graph(cudaStream_t s, int steps, int reps, F&& body, int warm = 2) {
 
 struct Case {
   std::string model;
-  int T, batch;
+  int T, batch, history;
   double plain_us, classic_us, replay_us, commit_us;
   double layers_us = 0;  // verify of `layers` layers back to back, one commit per step (per layer step)
   int layers = 0;
@@ -149,9 +150,10 @@ void run_bench_spec(const BenchSpecOptions& o) {
   cudaStream_t st;
   ck(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
   const double copy_bw = bench::copy_bandwidth_tbps() * 1e12;  // bytes / s
-  std::printf("bench-spec on %s: copy bandwidth %.2f TB/s (read + write), state %s, act %s, dt %s, history %d, "
+  std::printf("bench-spec on %s: copy bandwidth %.2f TB/s (read + write), state %s, act %s, dt %s, history %s, "
               "%d steps/graph%s\n", prop.name, copy_bw / 1e12, std::string(dtype_name(sd)).c_str(),
-              std::string(dtype_name(ad)).c_str(), o.dt == "f32" ? "float32" : "act", o.history, o.steps,
+              std::string(dtype_name(ad)).c_str(), o.dt == "f32" ? "float32" : "act",
+              o.history ? std::to_string(o.history).c_str() : "fewest bytes by count in the ring of 16 + T", o.steps,
               o.pdl ? "; every op launched with pdl (with one slot set, consecutive launches share slots: timing only)"
                     : "");
   std::mt19937_64 rng(o.seed);
@@ -170,10 +172,11 @@ void run_bench_spec(const BenchSpecOptions& o) {
     for (int T : o.windows) {
       if (T < 1 || T > 8) throw Error("--windows", "T must be in 1..8, got " + std::to_string(T));
       SpecConfig spec;
-      spec.history = std::max(o.history, T);
+      spec.history = o.history ? std::max(o.history, T) : mamba2_best_spec_history(geo, {16, T}, {sd, ad, ad}).history;
       spec.window = T;
       spec.validate();
       const int R = spec.ring_len();
+      if (!o.history) std::printf("  %s T=%d: history %d (ring %d)\n", mname.c_str(), T, spec.history, R);
       for (int rows : o.batches) {
         const double fp = o.footprint_mb * 1048576.0;
         const int Kp = int(std::clamp(std::ceil(fp / (rows * state_req)), 1.0, double(S)));            // plain & replay
@@ -308,7 +311,7 @@ void run_bench_spec(const BenchSpecOptions& o) {
           }
         }
         Case c;
-        c.model = mname; c.T = T; c.batch = rows;
+        c.model = mname; c.T = T; c.batch = rows; c.history = spec.history;
         c.plain_us = plain_us; c.classic_us = classic_us; c.replay_us = replay_us; c.commit_us = commit_us;
         c.layers_us = layers_us; c.layers = Kp > 1 ? Kp : 0;
         c.plain_bytes = plain_bytes; c.classic_bytes = classic_bytes;
@@ -343,7 +346,7 @@ void run_bench_spec(const BenchSpecOptions& o) {
                 100.0 * vtbs * 1e12 / copy_bw, c.mem_classic / 1048576.0, c.mem_replay / 1048576.0,
                 c.mem_classic / c.mem_replay, 100.0 * ctbs * 1e12 / copy_bw, c.flush_frac, c.layers_us,
                 c.layers_us > 0 ? c.layers_us / c.classic_us : 0.0, c.layers);
-    js.push_back({{"model", c.model}, {"T", c.T}, {"batch", c.batch}, {"history", o.history},
+    js.push_back({{"model", c.model}, {"T", c.T}, {"batch", c.batch}, {"history", c.history},
                   {"state_dtype", std::string(dtype_name(sd))}, {"act_dtype", std::string(dtype_name(ad))},
                   {"classic_plain_us", c.plain_us}, {"classic_spec_us", c.classic_us}, {"replay_verify_commit_us", c.replay_us},
                   {"commit_us", c.commit_us}, {"replay_layers_us", c.layers_us}, {"layers", c.layers},
