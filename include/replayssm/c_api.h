@@ -59,6 +59,17 @@ REPLAYSSM_C_EXPORT const char* replayssm_last_error_argument(void);
 REPLAYSSM_C_EXPORT int replayssm_mamba2_preset(const char* name, int32_t geometry[4]);
 REPLAYSSM_C_EXPORT int replayssm_gdn_preset(const char* name, int32_t geometry[4]);
 
+/* Speculative ring sizing (traffic.hpp *_best_spec_history): the history within the ring of (history, window), i.e.
+ * next_pow2(history + window) entries and so no more memory, whose verify + commit moves the fewest bytes by count
+ * (accepted counts uniform in 1..window). Mamba-2 rings hold the activation dtype; GDN d / k rings ring_dtype;
+ * gate_width 1 (per-head gates) or head_k_dim (per-channel). */
+REPLAYSSM_C_EXPORT int replayssm_mamba2_best_spec_history(
+    int heads, int headdim, int dstate, int groups, int history, int window,
+    DLDataType state_dtype, DLDataType act_dtype, int32_t* best_history);
+REPLAYSSM_C_EXPORT int replayssm_gdn_best_spec_history(
+    int k_heads, int v_heads, int head_k_dim, int head_v_dim, int history, int window,
+    DLDataType state_dtype, DLDataType act_dtype, DLDataType ring_dtype, int gate_width, int32_t* best_history);
+
 /* ---- Mamba-2 (mamba2.hpp). Token inputs x, dt, B, C, z (z optional); weights A, dt_bias
  * (optional), D (optional), dt_softplus (0/1). ---- */
 REPLAYSSM_C_EXPORT int replayssm_mamba2_decode(

@@ -8,3 +8,4 @@
 #include "replayssm/geometry.hpp"
 #include "replayssm/mamba2.hpp"
 #include "replayssm/tensor.hpp"
+#include "replayssm/traffic.hpp"

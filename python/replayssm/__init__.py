@@ -3,7 +3,9 @@ ops (replayssm.ops, torch.ops.replayssm.*), and cache helpers (replayssm.cache).
 import ctypes
 
 from . import ops
-from ._lib import ReplaySSMError, call, lib
+import torch
+
+from ._lib import ReplaySSMError, call, dl_dtype, lib
 from .cache import GdnReplayCaches, Mamba2ReplayCaches
 from .ops import HAS_CUSTOM_OP
 
@@ -45,5 +47,25 @@ def gdn_preset(name):
     return _preset("replayssm_gdn_preset", name)
 
 
+def mamba2_best_spec_history(geometry, history, window, state_dtype=torch.float32, act_dtype=torch.bfloat16):
+    """The speculative history within the ring of (history, window) (next_pow2(history + window) entries: no more
+    memory) whose verify + commit moves the fewest bytes by count; geometry = (heads, headdim, dstate, groups)."""
+    h = ctypes.c_int32()
+    call("replayssm_mamba2_best_spec_history", *geometry, history, window, dl_dtype(state_dtype), dl_dtype(act_dtype),
+         ctypes.byref(h))
+    return h.value
+
+
+def gdn_best_spec_history(geometry, history, window, state_dtype=torch.float32, act_dtype=torch.bfloat16,
+                          ring_dtype=torch.float32, gate_width=1):
+    """As mamba2_best_spec_history for GDN; geometry = (k_heads, v_heads, head_k_dim, head_v_dim), gate_width 1
+    (per-head gates) or head_k_dim (per-channel)."""
+    h = ctypes.c_int32()
+    call("replayssm_gdn_best_spec_history", *geometry, history, window, dl_dtype(state_dtype), dl_dtype(act_dtype),
+         dl_dtype(ring_dtype), gate_width, ctypes.byref(h))
+    return h.value
+
+
 __all__ = ["ReplaySSMError", "ops", "Mamba2ReplayCaches", "GdnReplayCaches", "HAS_CUSTOM_OP", "built_with_cuda",
-           "library_path", "set_device_validation", "device_validation", "mamba2_preset", "gdn_preset"]
+           "library_path", "set_device_validation", "device_validation", "mamba2_preset", "gdn_preset",
+           "mamba2_best_spec_history", "gdn_best_spec_history"]

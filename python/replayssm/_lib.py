@@ -59,6 +59,12 @@ def _dl_dtype(dt, itemsize):
     return (_kDLUInt if str(dt).startswith("torch.uint") else _kDLInt), bits
 
 
+def dl_dtype(dt):
+    """The DLDataType of torch dtype ``dt``."""
+    code, bits = _dl_dtype(dt, torch.empty((), dtype=dt).element_size())
+    return DLDataType(code, bits, 1)
+
+
 def dltensor(t):
     """A DLTensor describing torch tensor ``t`` in place (it keeps its shape/stride arrays alive)."""
     d = DLTensor()
@@ -100,6 +106,8 @@ _SIGNATURES = {
     "replayssm_last_error_argument": ([], _S),
     "replayssm_mamba2_preset": ([_S, ctypes.POINTER(ctypes.c_int32)], _I),
     "replayssm_gdn_preset": ([_S, ctypes.POINTER(ctypes.c_int32)], _I),
+    "replayssm_mamba2_best_spec_history": ([_I] * 6 + [DLDataType] * 2 + [ctypes.POINTER(ctypes.c_int32)], _I),
+    "replayssm_gdn_best_spec_history": ([_I] * 6 + [DLDataType] * 3 + [_I, ctypes.POINTER(ctypes.c_int32)], _I),
     "replayssm_mamba2_decode": (_M2 + [_T] * 3 + [_P], _I),
     "replayssm_mamba2_replay_decode": (_M2[:4] + [_I] + _M2[4:] + [_T] * 7 + [_P], _I),
     "replayssm_mamba2_materialize": ([_I] * 4 + [_T] * 7 + [_P], _I),

@@ -1,10 +1,12 @@
-// Library-level C functions (version, backend, errors, presets), the cursor ops and load_checkpoint.
+// Library-level C functions (version, backend, errors, presets, speculative ring sizing), the cursor ops and load_checkpoint.
 #include <cstring>
 
 #include "capi/boundary.hpp"
 #include "replayssm/backend.hpp"
 #include "replayssm/cursor.hpp"
+#include "replayssm/dlpack.hpp"
 #include "replayssm/geometry.hpp"
+#include "replayssm/traffic.hpp"
 #include "replayssm/serving/slot_manager.hpp"
 
 #ifndef REPLAYSSM_VERSION_STRING
@@ -63,6 +65,41 @@ int replayssm_gdn_preset(const char* name, int32_t geometry[4]) {
     const GdnGeometry g = find_gdn_preset(name).geo;
     const int32_t v[4] = {g.k_heads, g.v_heads, g.head_k_dim, g.head_v_dim};
     std::memcpy(geometry, v, sizeof v);
+  });
+}
+
+// A state, activation or ring dtype: float32, bfloat16 or float16.
+static DType float_dtype(const DLDataType& t, const char* name) {
+  const DType d = from_dlpack_dtype(t, name);
+  if (d != DType::f32 && d != DType::bf16 && d != DType::f16)
+    throw Error(name, "expected float32, bfloat16 or float16, got " + std::string(dtype_name(d)));
+  return d;
+}
+
+int replayssm_mamba2_best_spec_history(int heads, int headdim, int dstate, int groups, int history, int window,
+                                      DLDataType state_dtype, DLDataType act_dtype, int32_t* best_history) {
+  return guarded([&] {
+    if (!best_history) throw Error("best_history", "must not be null");
+    const Mamba2Geometry g{heads, headdim, dstate, groups};
+    g.validate();
+    const DType act = float_dtype(act_dtype, "act_dtype");
+    *best_history = mamba2_best_spec_history(g, {history, window}, {float_dtype(state_dtype, "state_dtype"), act, act}).history;
+  });
+}
+
+int replayssm_gdn_best_spec_history(int k_heads, int v_heads, int head_k_dim, int head_v_dim, int history, int window,
+                                    DLDataType state_dtype, DLDataType act_dtype, DLDataType ring_dtype, int gate_width,
+                                    int32_t* best_history) {
+  return guarded([&] {
+    if (!best_history) throw Error("best_history", "must not be null");
+    const GdnGeometry g{k_heads, v_heads, head_k_dim, head_v_dim};
+    g.validate();
+    if (gate_width != 1 && gate_width != head_k_dim)
+      throw Error("gate_width", "must be 1 (per-head gates) or head_k_dim = " + std::to_string(head_k_dim) +
+                                    " (per-channel), got " + std::to_string(gate_width));
+    const DtypePair t{float_dtype(state_dtype, "state_dtype"), float_dtype(act_dtype, "act_dtype"),
+                      float_dtype(ring_dtype, "ring_dtype")};
+    *best_history = gdn_best_spec_history(g, {history, window}, t, gate_width).history;
   });
 }
 

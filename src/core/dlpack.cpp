@@ -6,7 +6,7 @@
 
 namespace replayssm {
 
-static DType map_dtype(const DLDataType& t, const char* name) {
+DType from_dlpack_dtype(const DLDataType& t, const char* name) {
   if (t.lanes != 1) throw Error(name, "vector (lanes != 1) dtypes are not supported");
   if (t.code == kDLFloat && t.bits == 32) return DType::f32;
   if (t.code == kDLFloat && t.bits == 16) return DType::f16;
@@ -28,7 +28,7 @@ TensorView from_dlpack(const DLTensor& t, const char* name) {
     case kDLCUDA: case kDLCUDAManaged: v.device = Device::cuda(t.device.device_id); break;
     default: throw Error(name, "unsupported DLPack device type " + std::to_string(t.device.device_type));
   }
-  v.dtype = map_dtype(t.dtype, name);
+  v.dtype = from_dlpack_dtype(t.dtype, name);
   v.data = static_cast<char*>(t.data) + t.byte_offset;
   v.ndim = t.ndim;
   int64_t st = 1;

@@ -11,6 +11,7 @@
 #include "replayssm/c_api.h"
 #include "replayssm/dlpack.hpp"
 #include "replayssm/replayssm.hpp"
+#include "replayssm/traffic.hpp"
 
 namespace {
 
@@ -66,6 +67,28 @@ TEST(CApi, LibraryInfo) {
   EXPECT_EQ(std::vector<int32_t>(g, g + 4), (std::vector<int32_t>{128, 64, 128, 8}));
   EXPECT_EQ(replayssm_gdn_preset("no-such-model", g), REPLAYSSM_ERROR);
   EXPECT_NE(std::string(replayssm_last_error()).find("qwen3.5-4b"), std::string::npos);
+}
+
+TEST(CApi, BestSpecHistoryMatchesTheCppOne) {
+  const DLDataType f32{kDLFloat, 32, 1}, bf16{kDLBfloat, 16, 1}, i32{kDLInt, 32, 1};
+  int32_t h = 0;
+  ASSERT_EQ(replayssm_mamba2_best_spec_history(128, 64, 128, 8, 16, 4, f32, bf16, &h), REPLAYSSM_OK) << replayssm_last_error();
+  EXPECT_EQ(h, 28);  // Super, T = 4: the whole ring of 32
+  ASSERT_EQ(replayssm_gdn_best_spec_history(16, 32, 128, 128, 16, 2, f32, bf16, f32, 1, &h), REPLAYSSM_OK);
+  const replayssm::GdnGeometry qwen = replayssm::find_gdn_preset("qwen3.5-4b").geo;
+  EXPECT_EQ(h, replayssm::gdn_best_spec_history(qwen, {16, 2}, {replayssm::DType::f32, replayssm::DType::bf16,
+                                                                replayssm::DType::f32}).history);
+  EXPECT_LT(h, 30);  // fp32 rings at T = 2 prefer a shorter history than the ring allows
+  // bad input names the argument; the output is left alone
+  h = -7;
+  EXPECT_EQ(replayssm_gdn_best_spec_history(16, 32, 128, 128, 16, 4, f32, bf16, f32, 3, &h), REPLAYSSM_ERROR);
+  EXPECT_STREQ(replayssm_last_error_argument(), "gate_width");
+  EXPECT_EQ(replayssm_mamba2_best_spec_history(128, 64, 128, 8, 16, 4, i32, bf16, &h), REPLAYSSM_ERROR);
+  EXPECT_STREQ(replayssm_last_error_argument(), "state_dtype");
+  EXPECT_EQ(replayssm_mamba2_best_spec_history(128, 64, 128, 8, 2, 4, f32, bf16, &h), REPLAYSSM_ERROR);  // history < window
+  EXPECT_EQ(h, -7);
+  EXPECT_EQ(replayssm_mamba2_best_spec_history(128, 64, 128, 8, 16, 4, f32, bf16, nullptr), REPLAYSSM_ERROR);
+  EXPECT_STREQ(replayssm_last_error_argument(), "best_history");
 }
 
 TEST(CApi, Mamba2DecodeMatchesTheCppOp) {

@@ -70,6 +70,20 @@ def test_mamba2_cache_shapes_and_bytes():
         replayssm.Mamba2ReplayCaches(1, 5, H, P, N, G, ring_len=8, history=8, window=4)
 
 
+def test_best_spec_history():
+    super_ = replayssm.mamba2_preset("nemotron3-super-120b")
+    assert replayssm.mamba2_best_spec_history(super_, 16, 4) == 28  # the whole ring of 32 (traffic.hpp)
+    q4b = replayssm.gdn_preset("qwen3.5-4b")
+    assert replayssm.gdn_best_spec_history(q4b, 16, 4, ring_dtype=torch.bfloat16) == 28
+    assert replayssm.gdn_best_spec_history(q4b, 16, 2) < 30  # fp32 rings at T = 2 prefer a shorter history
+    with pytest.raises(ReplaySSMError) as e:
+        replayssm.gdn_best_spec_history(q4b, 16, 4, gate_width=3)
+    assert e.value.argument == "gate_width"
+    with pytest.raises(ReplaySSMError) as e:
+        replayssm.mamba2_best_spec_history(super_, 16, 4, state_dtype=torch.int32)
+    assert e.value.argument == "state_dtype"
+
+
 def test_gdn_cache_shapes_and_bytes():
     H, HV, K, V = 2, 4, 128, 64
     c = replayssm.GdnReplayCaches(2, 3, H, HV, K, V, ring_len=16, ring_dtype=torch.bfloat16)
