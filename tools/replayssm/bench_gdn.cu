@@ -259,7 +259,8 @@ void run_bench_gdn(const BenchGdnOptions& o) {
 
       // speculative: classic spec path vs verify + commit
       for (int T : o.windows) {
-        const int hist = o.history ? o.history : gdn_best_spec_history(geo, {16, T}, {sd, ad, rd}, int(gw)).history;
+        const bool auto_history = !o.history && T >= 1 && T <= 8;
+        const int hist = auto_history ? gdn_best_spec_history(geo, {16, T}, {sd, ad, rd}, int(gw)).history : o.history;
         if (T < 1 || T > 8 || hist < T || hist + T > 32) {
           std::printf("  skipping T=%d (CUDA: 1 <= T <= 8, T <= history, history + T <= 32)\n", T);
           continue;
