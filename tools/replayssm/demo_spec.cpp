@@ -62,10 +62,11 @@ struct SpecReport {
   double classic_state_mb = 0, replay_state_mb = 0;  // per request
 };
 
-int print_spec_report(const std::string& what, const DemoOptions& o, Device dev, const SpecReport& r, double tol) {
+int print_spec_report(const std::string& what, const DemoOptions& o, const SpecConfig& spec, Device dev, const SpecReport& r,
+                      double tol) {
   const double c = r.classic.mean(), p = r.replay.mean();
   std::printf("\n%s, batch %d, %d steps, window T = %d, history %d, state %s, activations %s, backend %s\n", what.c_str(),
-              o.batch, o.steps, o.window, o.history, o.state.c_str(), o.act.c_str(), to_string(dev).c_str());
+              o.batch, o.steps, o.window, spec.history, o.state.c_str(), o.act.c_str(), to_string(dev).c_str());
   std::printf("  timing: %s\n", timing_note(dev));
   print_layers_note(o);
   std::printf("  %-34s %12s %12s %18s\n", "path", "mean us", "median us", "state MB/request");
@@ -115,7 +116,8 @@ int run_mamba2_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   const Mamba2Geometry g = find_mamba2_preset(o.model).geo.shard(o.tp);
   const DType st = parse_dtype(o.state, "--state-dtype"), at = parse_dtype(o.act, "--act-dtype");
   const int R = o.batch, T = o.window, H = g.heads, P = g.headdim, N = g.dstate, G = g.groups, NT = R * T;
-  const SpecConfig spec{o.history, T};
+  // --history 0: the history of the ring of 16 + T with the fewest bytes by count
+  const SpecConfig spec = o.history ? SpecConfig{o.history, T} : mamba2_best_spec_history(g, {16, T}, {st, at, at});
   const int RL = spec.ring_len();
   std::vector<Mamba2SpecLayer> layers;
   for (int l = 0; l < o.layers; ++l) layers.emplace_back(g, R, T, RL, st, at, dev, rng);
@@ -136,7 +138,7 @@ int run_mamba2_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   rep.classic_state_mb = T * state_mb;
   rep.replay_state_mb = state_mb + (double(H) * RL * P * dtype_size(at) + double(H) * RL * 4 +
                                     double(G) * RL * N * dtype_size(at) + 8) / 1e6;
-  return print_spec_report("Mamba-2 " + std::string(o.model) + " " + g.to_string() + ", speculative", o, dev, rep,
+  return print_spec_report("Mamba-2 " + std::string(o.model) + " " + g.to_string() + ", speculative", o, spec, dev, rep,
                            output_tol(st, at, DType::f32));
 }
 
@@ -159,10 +161,10 @@ int run_gdn_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   const DType st = parse_dtype(o.state, "--state-dtype"), at = parse_dtype(o.act, "--act-dtype");
   const DType rt = parse_dtype(o.ring_dtype, "--ring-dtype");
   const int R = o.batch, T = o.window, H = g.k_heads, HV = g.v_heads, K = g.head_k_dim, V = g.head_v_dim, NT = R * T;
-  const SpecConfig spec{o.history, T};
-  const int RL = spec.ring_len();
   const bool per_channel = o.gates == "per-channel";
   const int gw = per_channel ? K : 1;  // log-decays per ring position
+  const SpecConfig spec = o.history ? SpecConfig{o.history, T} : gdn_best_spec_history(g, {16, T}, {st, at, rt}, gw);
+  const int RL = spec.ring_len();
   std::vector<GdnSpecLayer> layers;
   for (int l = 0; l < o.layers; ++l) layers.emplace_back(g, R, T, RL, gw, st, at, rt, dev, rng);
   SpecIndices ix(R, T, dev, rng);
@@ -183,7 +185,7 @@ int run_gdn_spec(const DemoOptions& o, Device dev, std::mt19937_64& rng) {
   rep.replay_state_mb = state_mb + (double(HV) * RL * V * dtype_size(rt) + double(H) * RL * K * dtype_size(rt) +
                                     double(HV) * RL * 4 * gw + 8) / 1e6;
   return print_spec_report("GDN " + std::string(o.model) + " " + g.to_string() +
-                               (per_channel ? ", per-channel gates" : "") + ", speculative", o, dev, rep,
+                               (per_channel ? ", per-channel gates" : "") + ", speculative", o, spec, dev, rep,
                            output_tol(st, at, rt));
 }
 
