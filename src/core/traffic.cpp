@@ -1,6 +1,7 @@
 #include "replayssm/traffic.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 namespace replayssm {
@@ -146,16 +147,17 @@ StepBytes gdn_spec_step_bytes(const GdnGeometry& g, int rows, const SpecConfig& 
   return b;
 }
 
-// Scan every history of the ring (a few dozen cursor laws of ~32 states, microseconds each).
+// Scan every history of the ring (a few dozen cursor laws of ~32 states, microseconds each); spec.history is one of
+// them (history + window <= ring_len). Ascending, so `<=` gives ties to the longer history.
 template <class Bytes>
 static SpecConfig best_history(const SpecConfig& spec, Bytes bytes) {
   spec.validate();
   SpecConfig best = spec;
-  double least = bytes(spec);
+  double least = std::numeric_limits<double>::infinity();
   for (int h = spec.window; h <= spec.ring_len() - spec.window; ++h) {
     const SpecConfig s{h, spec.window};
     const double b = bytes(s);
-    if (b < least || (b == least && h > best.history)) least = b, best = s;
+    if (b <= least) least = b, best = s;
   }
   return best;
 }
