@@ -147,7 +147,8 @@ TEST(CudaGdnSpec, CheckpointStages) {
                             {DType::f32, DType::f32, DType::f32, 12, 6, 40, 4e-5, 4e-5},
                             {DType::f32, DType::bf16, DType::bf16, 8, 8, 40, 5e-2, 2.4e-2},
                             {DType::bf16, DType::bf16, DType::bf16, 12, 6, 40, 8e-2, 5e-2}};
-  const int shapes[3][2] = {{1, 4}, {4, 4}, {16, 2}};  // (items per CTA, warps)
+  // (items per CTA, warps); 8 warps take one stage only with fp32 state at V = 128 (verify_shape), else 4 / 2 warps
+  const int shapes[4][2] = {{1, 4}, {4, 4}, {16, 2}, {4, 8}};
   for (const char* stages : {"1", "2"})
     for (const auto& sh : shapes)
       for (const GdnGeometry& geo : {GdnGeometry{2, 4, 128, 128}, GdnGeometry{1, 4, 64, 64}})
