@@ -82,23 +82,22 @@ TEST(CudaGdnSpec, ProductionGeometry) {
   }
 }
 
-// The default shape on a grid of >= 2 waves (Qwen3.5-4B, 48 rows, fp32 state): one checkpoint stage in 8-warp CTAs at
-// history 16, and at history 28 (= ring - T: the same ring, fewer flushes), where two 8-warp CTAs no longer fit an SM,
-// the 4-warp CTAs the launch falls back to (verify_shape's `narrow`).
+// The default shape on a grid of >= 2 waves (Qwen3.5-4B, 36 rows: 576 CTAs, fp32 state): one checkpoint stage in 8-warp
+// CTAs at history 16, and at history 28 (= ring - T: the same ring, fewer flushes), where two 8-warp CTAs no longer fit
+// an SM, the 4-warp CTAs the launch falls back to (verify_shape's `narrow`). Against the float64 truth only (cost).
 TEST(CudaGdnSpec, OneStageGridLongHistory) {
   NEED_GPU();
   for (int history : {16, 28}) {
     Cfg c;
     c.geo = GdnGeometry{16, 32, 128, 128}; c.sd = DType::f32; c.ad = DType::bf16; c.rd = DType::f32;
-    c.spec = {history, 4}; c.steps = 24; c.slots = 50; c.seed = 41 + history;
-    c.ids.resize(48);
-    for (int i = 0; i < 48; ++i) c.ids[size_t(i)] = (7 * i + 3) % 50;  // distinct, shuffled
+    c.spec = {history, 4}; c.steps = 16; c.slots = 40; c.seed = 41 + history; c.with_cpu = false;
+    c.ids.resize(36);
+    for (int i = 0; i < 36; ++i) c.ids[size_t(i)] = (7 * i + 3) % 40;  // distinct, shuffled
     c.ids[5] = -1;
     const Stats s = spec_stream(c);
-    std::printf("  [spec history %d %s] out %.2e (cpu %.2e) ckpt %.2e flushes %d\n", history, c.geo.to_string().c_str(),
-                s.out_ref, s.out_cpu, s.ck_ref, s.flushes);
+    std::printf("  [spec history %d %s] out %.2e ckpt %.2e flushes %d\n", history, c.geo.to_string().c_str(), s.out_ref,
+                s.ck_ref, s.flushes);
     EXPECT_LE(s.out_ref, 5e-2);
-    EXPECT_LE(s.out_cpu, 5e-2);
     EXPECT_LE(s.ck_ref, 4e-5);
     EXPECT_GT(s.flushes, 0);
     EXPECT_TRUE(s.pads_ok);
