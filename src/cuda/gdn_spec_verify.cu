@@ -589,22 +589,33 @@ int verify_ipc(int rows, int k_heads, int nI, int slices, int resident) {
 // * 16-bit state (8-warp CTAs, held to 2 an SM by their registers, so one stage needs 4-warp CTAs: 4 an SM, the same 16
 //   warps in smaller CTAs): 4B b512 677 -> 618 us, b256 347 -> 322, 122B b512 1203 -> 1149, b256 -2 %; but 122B b64 +6 %,
 //   b8-b16 +12-20 %. So 4 warps and one stage from 8 waves of the two-stage grid (b >= 256 at Qwen3.5 sizes).
+// * fp32 state, one stage, V a multiple of 128: 8-warp CTAs (2 an SM: 16 warps instead of 3 x 4; twenty-ninth session)
+//   where 2 of them fit an SM (the launch asks the occupancy API; a longer history, ~22 and up, takes the 4-warp CTAs).
 // REPLAYSSM_GDN_VERIFY_STAGES=1|2 forces the stages of any CTA of 16-row warps and at most 4 warps (with
-// REPLAYSSM_GDN_CUDA_WARPS forcing the warps); a forced warp count keeps two stages unless the stages are forced too.
+// REPLAYSSM_GDN_CUDA_WARPS forcing the warps; =8 with STAGES=1 the 8-warp one-stage fp32 CTAs); a forced warp count
+// keeps two stages unless the stages are forced too.
 struct VerifyShape {
   int warps, stages;
+  int narrow = 0;  // warps to take instead where `warps` CTAs do not fit kMinCtas an SM (their shared memory grows
+                   // with the history: 8-warp one-stage fp32 CTAs at history >= ~22); 0: keep `warps`
+  bool narrows(int resident) const { return narrow > 0 && resident < kMinCtas; }
 };
 VerifyShape verify_shape(const GdnVerifyParams& p, int nt, size_t ssz) {
   const int V = p.step.head_v_dim, warps = verify_warps(p.step.rows, p.step.v_heads, V, nt, ssz);
   if (nt != 2) return {warps, kStages};
   const int fs = env_choice("REPLAYSSM_GDN_VERIFY_STAGES", {"1", "2"});
-  if (fs >= 0) return {warps, warps <= 4 ? fs + 1 : kStages};
-  if (env_choice("REPLAYSSM_GDN_CUDA_WARPS", {"1", "2", "4", "8"}) >= 0) return {warps, kStages};
+  const int fw = env_choice("REPLAYSSM_GDN_CUDA_WARPS", {"1", "2", "4", "8"});
+  // fp32 state, one stage: 8-warp CTAs (~108 KB of shared memory at K = 128, history 16: 2 an SM, 16 warps, where
+  // 4-warp one-stage CTAs give 3 x 4; H100, twenty-ninth session, run 9: verify 2-8 % faster at b64-512)
+  const bool wide = ssz == 4 && V % (8 * kRW * nt) == 0;
+  if (fs == 0 && fw == 3 && wide) return {8, 1};
+  if (fs >= 0) return {warps, warps <= 4 ? fs + 1 : kStages};  // STAGES=1 alone: the 4-warp one-stage CTAs
+  if (fw >= 0) return {warps, kStages};
   // the two-stage grid: CTAs of `warps` 16-row warps, items per CTA as verify_ipc gives them at kMinCtas an SM
   const int slices = V / (warps * kRW * nt), nI = p.step.v_heads / p.step.k_heads * slices;
   const long long ctas = (long long)p.step.rows * p.step.k_heads * (nI / verify_ipc(p.step.rows, p.step.k_heads, nI, slices, kMinCtas));
   const long long wave = (long long)sm_count() * kMinCtas;
-  if (ssz == 4) return {warps, warps <= 4 && ctas >= 2 * wave ? 1 : kStages};
+  if (ssz == 4) return warps <= 4 && ctas >= 2 * wave ? VerifyShape{wide ? 8 : warps, 1, wide ? warps : 0} : VerifyShape{warps, kStages};
   if (warps == kMaxWarps && ctas >= 8 * wave && V % (4 * kRW * nt) == 0) return {4, 1};
   return {warps, kStages};
 }
@@ -624,13 +635,20 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
   const size_t ssz = esize(p.step.state_dtype);
   const int nt = verify_tiles(p.step.rows, p.step.v_heads, V, esize(p.step.act));
   const VerifyShape shape = verify_shape(p, nt, ssz);
-  const int warps = shape.warps, stages = shape.stages;
-  const int rpc = warps * kRW * nt, slices = V / rpc, vpk = p.step.v_heads / p.step.k_heads;
+  const int stages = shape.stages, vpk = p.step.v_heads / p.step.k_heads;
   const bool pdl = use_pdl(p.step.pdl);
-  auto launch = [&](auto kernel, size_t smem) {
+  // smem_of(rpc): the dynamic shared memory of CTAs of rpc state rows
+  auto launch = [&](auto kernel, auto smem_of) {
+    int warps = shape.warps, resident = 0;
+    size_t smem = smem_of(warps * kRW * nt);
     allow_dynamic_smem(kernel, smem, "gdn_spec_verify");
-    int resident = 0;
     check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, 32 * warps, smem), "gdn_spec_verify");
+    if (shape.narrows(resident)) {
+      warps = shape.narrow;
+      smem = smem_of(warps * kRW * nt);
+      check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, 32 * warps, smem), "gdn_spec_verify");
+    }
+    const int slices = V / (warps * kRW * nt);
     const int ipc = verify_ipc(p.step.rows, p.step.k_heads, vpk * slices, slices, resident);
     launch_kernel(kernel, dim3(unsigned(p.step.k_heads * (vpk * slices / ipc)), unsigned(p.step.rows)),
                   dim3(unsigned(32 * warps)), smem, st, pdl, "gdn_spec_verify", p, slices, ipc);
@@ -641,8 +659,10 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
       using ST = decltype(s);
       with_float_type(p.step.act, "in.q", [&](auto a) {
         using AT = decltype(a);
-        const size_t smem = verify_smem(rpc, K, int(sizeof(ST)), int(sizeof(AT)), p.history, int(esize(p.ring.k_dtype)),
-                                        int(esize(p.ring.d_dtype)), stages).total;
+        const auto smem = [&](int rpc) {
+          return verify_smem(rpc, K, int(sizeof(ST)), int(sizeof(AT)), p.history, int(esize(p.ring.k_dtype)),
+                             int(esize(p.ring.d_dtype)), stages).total;
+        };
         if (stages == 1) {  // verify_shape: nt == 2 here
           pdl ? launch(gdn_verify_kernel<ST, AT, K, 2, true, 1>, smem) : launch(gdn_verify_kernel<ST, AT, K, 2, false, 1>, smem);
           return;

@@ -82,6 +82,29 @@ TEST(CudaGdnSpec, ProductionGeometry) {
   }
 }
 
+// The default shape on a grid of >= 2 waves (Qwen3.5-4B, 36 rows: 576 CTAs, fp32 state): one checkpoint stage in 8-warp
+// CTAs at history 16, and at history 28 (= ring - T: the same ring, fewer flushes), where two 8-warp CTAs no longer fit
+// an SM, the 4-warp CTAs the launch falls back to (verify_shape's `narrow`). Against the float64 truth only (cost).
+TEST(CudaGdnSpec, OneStageGridLongHistory) {
+  NEED_GPU();
+  for (int history : {16, 28}) {
+    Cfg c;
+    c.geo = GdnGeometry{16, 32, 128, 128}; c.sd = DType::f32; c.ad = DType::bf16; c.rd = DType::f32;
+    c.spec = {history, 4}; c.steps = 16; c.slots = 40; c.seed = 41 + history; c.with_cpu = false;
+    c.ids.resize(36);
+    for (int i = 0; i < 36; ++i) c.ids[size_t(i)] = (7 * i + 3) % 40;  // distinct, shuffled
+    c.ids[5] = -1;
+    const Stats s = spec_stream(c);
+    std::printf("  [spec history %d %s] out %.2e ckpt %.2e flushes %d\n", history, c.geo.to_string().c_str(), s.out_ref,
+                s.ck_ref, s.flushes);
+    EXPECT_LE(s.out_ref, 5e-2);
+    EXPECT_LE(s.ck_ref, 4e-5);
+    EXPECT_GT(s.flushes, 0);
+    EXPECT_TRUE(s.pads_ok);
+    EXPECT_TRUE(s.cursors_eq);
+  }
+}
+
 // Every CTA shape of the verify kernel (1 / 2 / 4 / 8 warps, K = 128 and 64): the small batches
 // above only ever get 1-warp CTAs.
 TEST(CudaGdnSpec, CtaShapes) {
@@ -147,7 +170,8 @@ TEST(CudaGdnSpec, CheckpointStages) {
                             {DType::f32, DType::f32, DType::f32, 12, 6, 40, 4e-5, 4e-5},
                             {DType::f32, DType::bf16, DType::bf16, 8, 8, 40, 5e-2, 2.4e-2},
                             {DType::bf16, DType::bf16, DType::bf16, 12, 6, 40, 8e-2, 5e-2}};
-  const int shapes[3][2] = {{1, 4}, {4, 4}, {16, 2}};  // (items per CTA, warps)
+  // (items per CTA, warps); 8 warps take one stage only with fp32 state at V = 128 (verify_shape), else 4 / 2 warps
+  const int shapes[4][2] = {{1, 4}, {4, 4}, {16, 2}, {4, 8}};
   for (const char* stages : {"1", "2"})
     for (const auto& sh : shapes)
       for (const GdnGeometry& geo : {GdnGeometry{2, 4, 128, 128}, GdnGeometry{1, 4, 64, 64}})
