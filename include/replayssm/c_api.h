@@ -62,7 +62,8 @@ REPLAYSSM_C_EXPORT int replayssm_gdn_preset(const char* name, int32_t geometry[4
 /* Speculative ring sizing (traffic.hpp *_best_spec_history): the history within the ring of (history, window), i.e.
  * next_pow2(history + window) entries and so no more memory, whose verify + commit moves the fewest bytes by count
  * (accepted counts uniform in 1..window). Mamba-2 rings hold the activation dtype; GDN d / k rings ring_dtype;
- * gate_width 1 (per-head gates) or head_k_dim (per-channel). */
+ * gate_width 1 (per-head gates) or head_k_dim (per-channel). GDN returns no history longer than the one given (its
+ * CUDA verify holds the history in shared memory; longer ones measured slower). */
 REPLAYSSM_C_EXPORT int replayssm_mamba2_best_spec_history(
     int heads, int headdim, int dstate, int groups, int history, int window,
     DLDataType state_dtype, DLDataType act_dtype, int32_t* best_history);

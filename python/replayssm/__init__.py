@@ -58,7 +58,8 @@ def mamba2_best_spec_history(geometry, history, window, state_dtype=torch.float3
 
 def gdn_best_spec_history(geometry, history, window, state_dtype=torch.float32, act_dtype=torch.bfloat16,
                           ring_dtype=torch.float32, gate_width=1):
-    """As mamba2_best_spec_history for GDN; geometry = (k_heads, v_heads, head_k_dim, head_v_dim), gate_width 1
+    """As mamba2_best_spec_history for GDN, but never longer than `history` (the CUDA verify keeps the history in
+    shared memory: longer ones measured slower); geometry = (k_heads, v_heads, head_k_dim, head_v_dim), gate_width 1
     (per-head gates) or head_k_dim (per-channel)."""
     h = ctypes.c_int32()
     call("replayssm_gdn_best_spec_history", *geometry, history, window, dl_dtype(state_dtype), dl_dtype(act_dtype),

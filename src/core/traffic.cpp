@@ -147,14 +147,14 @@ StepBytes gdn_spec_step_bytes(const GdnGeometry& g, int rows, const SpecConfig& 
   return b;
 }
 
-// Scan every history of the ring (a few dozen cursor laws of ~32 states, microseconds each); spec.history is one of
-// them (history + window <= ring_len). Ascending, so `<=` gives ties to the longer history.
+// Scan the histories window..longest (a few dozen cursor laws of ~32 states, microseconds each); spec.history is one
+// of them (history + window <= ring_len). Ascending, so `<=` gives ties to the longer history.
 template <class Bytes>
-static SpecConfig best_history(const SpecConfig& spec, Bytes bytes) {
+static SpecConfig best_history(const SpecConfig& spec, int longest, Bytes bytes) {
   spec.validate();
   SpecConfig best = spec;
   double least = std::numeric_limits<double>::infinity();
-  for (int h = spec.window; h <= spec.ring_len() - spec.window; ++h) {
+  for (int h = spec.window; h <= longest; ++h) {
     const SpecConfig s{h, spec.window};
     const double b = bytes(s);
     if (b <= least) least = b, best = s;
@@ -163,11 +163,16 @@ static SpecConfig best_history(const SpecConfig& spec, Bytes bytes) {
 }
 
 SpecConfig mamba2_best_spec_history(const Mamba2Geometry& g, const SpecConfig& spec, DtypePair t) {
-  return best_history(spec, [&](const SpecConfig& s) { return mamba2_spec_step_bytes(g, 1, s, t).total(); });
+  return best_history(spec, spec.ring_len() - spec.window,
+                      [&](const SpecConfig& s) { return mamba2_spec_step_bytes(g, 1, s, t).total(); });
 }
 
 SpecConfig gdn_best_spec_history(const GdnGeometry& g, const SpecConfig& spec, DtypePair t, int gate_width) {
-  return best_history(spec, [&](const SpecConfig& s) { return gdn_spec_step_bytes(g, 1, s, t, gate_width).total(); });
+  // Never longer than asked: the CUDA verify keeps the window's k and d history in shared memory, so a longer history
+  // fits fewer CTAs an SM (H100, Qwen3.5, fp32 rings: history 23-28 against 16 cost 13-23 % at batch 64-512, the
+  // bytes 1-2 % fewer; docs/notes-gdn-cuda.md, thirty-second session).
+  return best_history(spec, spec.history,
+                      [&](const SpecConfig& s) { return gdn_spec_step_bytes(g, 1, s, t, gate_width).total(); });
 }
 
 }  // namespace replayssm

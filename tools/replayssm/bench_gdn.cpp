@@ -19,8 +19,8 @@ void register_bench_gdn(CLI::App& app) {
   cmd->add_option("--windows", o->windows, "Speculative windows T, 1..8")->delimiter(',')->capture_default_str();
   cmd->add_option("--L", o->L, "Standard ring length, 1..32")->capture_default_str()->check(CLI::Range(1, 32));
   cmd->add_option("--history", o->history,
-                  "Speculative history B (history + window <= 32); 0: per T, the history of the ring of 16 + T that "
-                  "moves the fewest bytes by count (traffic.hpp gdn_best_spec_history)")
+                  "Speculative history B (history + window <= 32); 0: per T, the history no longer than 16 that moves "
+                  "the fewest bytes by count (traffic.hpp gdn_best_spec_history; longer ones measured slower)")
       ->capture_default_str();
   cmd->add_option("--state-dtype", o->state, "float32, bfloat16, float16")->capture_default_str();
   cmd->add_option("--act-dtype", o->act, "bfloat16, float16, float32")->capture_default_str();

@@ -128,7 +128,7 @@ void run_bench_gdn(const BenchGdnOptions& o) {
   const bool pc = o.gates == "per-channel";
   std::printf("device %s, copy bandwidth %.2f TB/s (read + write); state %s act %s ring %s L=%d B=%s%s%s\n", prop.name, copy,
               o.state.c_str(), o.act.c_str(), o.ring.c_str(), o.L,
-              o.history ? std::to_string(o.history).c_str() : "fewest bytes by count in the ring of 16 + T",
+              o.history ? std::to_string(o.history).c_str() : "fewest bytes by count, no longer than 16",
               cuda::use_pdl(o.pdl) ? "; classic and replay steps launched with pdl" : "", pc ? "; per-channel gates" : "");
   std::printf("%-20s %5s %-22s %3s %10s %10s %7s %6s %9s %7s %4s\n", "model", "batch", "op", "T", "us", "MB", "TB/s", "frac",
               "vs classic", "bytes x", "sets");

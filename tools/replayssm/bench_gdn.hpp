@@ -10,7 +10,7 @@ struct BenchGdnOptions {
   std::vector<int> batches{1, 8, 64, 256, 512};
   std::vector<int> windows{4, 6};
   int L = 16;          // standard ring length
-  int history = 16;    // speculative history B; 0: per T the fewest bytes by count within the ring of 16 + T
+  int history = 16;    // speculative history B; 0: per T the fewest bytes by count among histories <= 16
   std::string state = "float32", act = "bfloat16", ring = "float32";
   int steps = 16;      // launches per captured graph (the amortised cycle uses L steps)
   int reps = 5;        // graph replays, median

@@ -10,7 +10,7 @@ struct BenchSpecOptions {
   std::vector<std::string> models = {"nemotron3-nano-4b", "nemotron3-super-120b", "nemotron3-ultra-550b"};
   std::vector<int> windows = {2, 4, 6, 8};
   std::vector<int> batches = {8, 64, 256, 512};
-  int history = 16;  // 0: per T and model the fewest bytes by count within the ring of 16 + T
+  int history = 0;  // 0: per T and model the fewest bytes by count within the ring of 16 + T (ring - T for T >= 4)
   std::string state = "float32", act = "bfloat16";
   int steps = 32, reps = 7;
   bool pdl = false;  // every op launched as a programmatic dependent (the ops' pdl flag; commit_cursors too)

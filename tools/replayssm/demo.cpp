@@ -212,8 +212,9 @@ void register_demo(CLI::App& app) {
                   "speculative path (one state per window token) against ReplaySSM verify + commit. 0: plain decode")
       ->capture_default_str()->check(CLI::IsMember({0, 2, 3, 4, 5, 6, 7, 8}));
   cmd->add_option("--history", o->history,
-                  "Speculative mode: committed tokens the ring holds before an early flush; 0: the history of the ring "
-                  "of 16 + T with the fewest bytes by count (traffic.hpp *_best_spec_history)")
+                  "Speculative mode: committed tokens the ring holds before an early flush; 0 (default): the history "
+                  "of the ring of 16 + T with the fewest bytes by count (traffic.hpp *_best_spec_history; GDN: no "
+                  "longer than 16)")
       ->capture_default_str()->check(CLI::Range(0, 56));
   cmd->add_flag("--stagger", o->stagger,
                "Plain decode: rows start spread over the ring's fill levels (as requests in a serving batch do), so "

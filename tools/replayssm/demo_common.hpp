@@ -21,7 +21,7 @@ struct DemoOptions {
   int batch = 8, steps = 256, ring = 16, tp = 1, threads = 0;
   std::string state = "float32", act = "bfloat16", ring_dtype = "float32", backend = "auto", route = "output_only";
   std::string gates = "per-head";  // GDN: per-head decay gates, or per-channel (the Kimi Delta Attention form)
-  int window = 0, history = 16;  // window >= 2: the speculative demo (verify + commit vs the classic spec path)
+  int window = 0, history = 0;  // window >= 2: the speculative demo (verify + commit vs the classic spec path); history 0: best by count
   int layers = 1;                // layers per step, each with its own states and rings, sharing one cursor op per step
   bool stagger = false;          // plain demo: rows start spread over the ring's fill levels, as in serving
   uint64_t seed = 1;
