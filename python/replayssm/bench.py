@@ -4,7 +4,7 @@ binding's overhead is visible. The cases mirror the C++ benchmarks for compariso
 
   classic decode, ReplaySSM decode amortised over a ring cycle (L = 8)
       ~ replayssm bench --model nemotron3-super-120b --batch 8 64 256 --dtypes f32/bf16 --L 8
-  ReplaySSM speculative verify + commit (T = 4, history 16)
+  ReplaySSM speculative verify + commit (T = 4, the ring's best history by count: 28)
       ~ replayssm bench-spec --models nemotron3-super-120b --windows 4 --batches 8,64,256
 
 As there, cache sets rotate so that one graph touches more memory than L2 holds, cursors are
@@ -140,7 +140,8 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, nargs="+", default=[8, 64, 256])
     ap.add_argument("--L", type=int, default=8, help="standard ring length")
     ap.add_argument("--T", type=int, default=4, help="speculative window (1 + drafts)")
-    ap.add_argument("--history", type=int, default=16)
+    ap.add_argument("--history", type=int, default=0,
+                    help="speculative history; 0: the ring of 16 + T's best by count (mamba2_best_spec_history)")
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--rotate-mb", type=float, default=256, help="as replayssm bench --rotate-mb")
     ap.add_argument("--footprint-mb", type=float, default=512, help="as replayssm bench-spec --footprint-mb")
@@ -152,6 +153,8 @@ def main(argv=None):
     dev, gen = torch.device("cuda"), torch.Generator(device="cuda").manual_seed(1)
     geo = replayssm.mamba2_preset(SUPER)
     sd, ad = torch.float32, torch.bfloat16
+    if a.history == 0:
+        a.history = replayssm.mamba2_best_spec_history(geo, 16, a.T, sd, ad)
     print(f"replayssm.bench on {torch.cuda.get_device_name()}, torch {torch.__version__}, {replayssm.library_path()}")
     print(f"{SUPER} {geo}, state float32, act bfloat16; us per step (median of {a.reps}); "
           f"graph = captured + replayed, eager = Python calls")
