@@ -169,8 +169,8 @@ SpecConfig mamba2_best_spec_history(const Mamba2Geometry& g, const SpecConfig& s
 
 SpecConfig gdn_best_spec_history(const GdnGeometry& g, const SpecConfig& spec, DtypePair t, int gate_width) {
   // Never longer than asked: the CUDA verify keeps the window's k and d history in shared memory, so a longer history
-  // fits fewer CTAs an SM (H100, Qwen3.5, fp32 rings: history 23-28 against 16 cost 13-23 % at batch 64-512, the
-  // bytes 1-2 % fewer; docs/notes-gdn-cuda.md, thirty-second session).
+  // fits fewer CTAs an SM (H100, Qwen3.5, fp32 rings: history 23-28 against 16 cost 11-27 % at batch 64-512, the
+  // bytes 0.6-4 % fewer; docs/notes-gdn-cuda.md, thirty-second session).
   return best_history(spec, spec.history,
                       [&](const SpecConfig& s) { return gdn_spec_step_bytes(g, 1, s, t, gate_width).total(); });
 }
