@@ -54,9 +54,9 @@ StepBytes gdn_spec_step_bytes(const GdnGeometry& g, int rows, const SpecConfig& 
 // The history that moves the fewest bytes by this count in verify + commit, without more memory than spec's ring;
 // ties go to the longer history. Mamba-2 scans [window, ring_len - window]: for bf16 rings and T >= 4 that is
 // ring_len - window (T = 2: a few shorter, within 0.3 %; H100, Super, verify + commit against history 16: T = 4 -0.4 to
-// -1.1 %, T = 6 -3.0 to -4.7 %, T = 8 -3.6 to -6.1 %). GDN scans [window, spec.history] only: its CUDA verify holds the history in shared
-// memory, and longer histories measured slower (11-27 %) although they move fewer bytes; float32 rings at small T
-// may still prefer a shorter one.
+// -1.1 %, T = 6 -3.0 to -4.7 %, T = 8 -3.6 to -6.1 %). GDN scans [window, spec.history] only: its CUDA verify holds the
+// history in shared memory, and longer histories measured slower (11-27 %) although they move fewer bytes; float32
+// rings at small T may still prefer a shorter one.
 SpecConfig mamba2_best_spec_history(const Mamba2Geometry& g, const SpecConfig& spec, DtypePair t);
 SpecConfig gdn_best_spec_history(const GdnGeometry& g, const SpecConfig& spec, DtypePair t, int gate_width = 1);
 

@@ -22,8 +22,8 @@ void register_bench_spec(CLI::App& app) {
   cmd->add_option("--batches", o->batches, "Batch sizes (rows)")->delimiter(',')->capture_default_str();
   cmd->add_option("--history", o->history,
                   "ReplaySSM spec history B (ring = next_pow2(B + T)); 0: per T and model, the history of the ring of "
-                  "16 + T that moves the fewest bytes by count (traffic.hpp mamba2_best_spec_history; T >= 4: ring - T, measured "
-                  "0.3-6 % faster than 16 on H100)")
+                  "16 + T that moves the fewest bytes by count (traffic.hpp mamba2_best_spec_history; T >= 4: "
+                  "ring - T, measured 0.3-6 % faster than 16 on H100)")
       ->capture_default_str();
   cmd->add_option("--state-dtype", o->state, "State dtype: float32, bfloat16, float16")->capture_default_str();
   cmd->add_option("--act-dtype", o->act, "Activation dtype: bfloat16, float16, float32")->capture_default_str();
