@@ -37,6 +37,7 @@
 namespace replayssm::cuda {
 namespace {
 
+using spec::decay_exp;
 using spec::ld_b32;
 using spec::ld_pair;
 using spec::mma_16816;
@@ -86,7 +87,7 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
   const int nthreads = blockDim.x, nw = nthreads >> 5, tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int P = p.headdim, R = rg.ring, mask = R - 1;
-  const int PC = tiles_per_cta * 16, XS = PC + kPad, XCH = PC / E, pbase = chunk * PC;
+  const int PC = tiles_per_cta * 16, XS = PC + kPad, pbase = chunk * PC;
   const int p0 = pbase + warp * 16;
   const bool active = p0 < P;
 
@@ -158,10 +159,10 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
     const AT* src = s < n ? Cin + int64_t(t0 + s) * p.C_tok + int64_t(grp) * p.C_group + c * E : nullptr;
     stage_chunk(s_C + s * BS + c * E, src, s < n ? E : 0);
   }
-  // nthreads = 32 tiles and XCH = 16 tiles / E: a thread keeps its chunk column c = tid % XCH and steps
-  // 2E tokens per trip (no run-time division per trip).
-  const unsigned uxch = unsigned(XCH);  // unsigned division: about half the instructions of a signed one
-  const int xc = int(unsigned(tid) % uxch), xk0 = int(unsigned(tid) / uxch), xstep = int(unsigned(nthreads) / uxch);
+  // nthreads = 32 tiles = 2E x (PC / E chunks a row): a thread keeps the chunk column xc = tid / 2E and steps 2E tokens per trip from
+  // token tid % 2E (powers of two: shifts, where the division by the run-time XCH cost ~30 instructions a warp).
+  constexpr int xstep = 2 * E;
+  const int xc = tid / xstep, xk0 = tid & (xstep - 1);
   const int xpp = pbase + xc * E;
   for (int k = xk0; k < ntok; k += xstep) {
     const int c = xc, pp = xpp;
@@ -268,7 +269,7 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
       for (int e = 0; e < 2; ++e) {
         const int s = 2 * t + e;
         const float bc = acc[0][2 * r + e] + acc[1][2 * r + e];
-        f[e] = s < n && kl[r] <= pre + s ? dk * expf(fminf(A * (qk[r] - qe[e]), 0.f)) * bc : 0.f;
+        f[e] = s < n && kl[r] <= pre + s ? dk * decay_exp(A * (qk[r] - qe[e])) * bc : 0.f;
       }
       *reinterpret_cast<float2*>(&s_F[kl[r] * kMaxWin + 2 * t]) = make_float2(f[0], f[1]);
     }
@@ -289,11 +290,32 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
     }
   const int pl[2] = {warp * 16 + g, warp * 16 + g + 8};  // the lane's rows within the CTA's x columns
 
+  // ---- d. readout: acc = S C_s for rows (g, g+8) and s = 2t, 2t+1 (run after c on flush rows, alone on the others) ----
+  float acc[2][4] = {};  // two chains over the k-tiles
+  auto readout = [&](auto ap) {
+    constexpr int AP = decltype(ap)::value;
+#pragma unroll
+    for (int m = 0; m < NG; ++m)
+#pragma unroll
+      for (int q = 0; q < TG; ++q) {
+        const int kt = m * TG + q, ii = m * VEC + 2 * q;  // state column m*4*VEC + t*VEC + 2q (+1)
+        const float a[4] = {sv[0][ii], sv[1][ii], sv[0][ii + 1], sv[1][ii + 1]};
+        uint32_t ah[4], al[4], bh[2], bl[2];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) split_tf32<AP, false>(a[i], ah[i], al[i]);
+        float c0, c1;
+        ld_pair(Cg + m * 4 * VEC + t * VEC + 2 * q, c0, c1);
+        split_tf32<CP>(c0, bh[0], bl[0]);
+        split_tf32<CP>(c1, bh[1], bl[1]);
+        mma_passes<AP, CP>(acc[kt & 1], ah, al, bh[0], bh[1], bl[0], bl[1]);
+      }
+  };
+
   // ---- c. flush rows: fold the history into the state, store S1 ----
   if (flush && w > 0) {
     // scale_k = delta_k exp(A sum_{k < j < w} delta_j) = delta_k exp(A q_k); the state decays by exp(A H).
     const SuffixScan64 hs(lane < w ? s_del[lane] : 0.f, lane + 32 < w ? s_del[lane + 32] : 0.f, lane);
-    const float fd = expf(fminf(A * hs.total, 0.f));
+    const float fd = decay_exp(A * hs.total);
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
@@ -303,8 +325,8 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
       const int k0 = kk * 8 + t, k1 = k0 + 4;  // A: rows p (g, g+8), k-dim = history tokens
       const bool q0 = k0 < w, q1 = k1 < w;
       const float h0 = hs.at(k0), h1 = hs.at(k1);
-      const float sc0 = q0 ? s_del[k0] * expf(fminf(A * h0, 0.f)) : 0.f;
-      const float sc1 = q1 ? s_del[k1] * expf(fminf(A * h1, 0.f)) : 0.f;
+      const float sc0 = q0 ? s_del[k0] * decay_exp(A * h0) : 0.f;
+      const float sc1 = q1 ? s_del[k1] * decay_exp(A * h1) : 0.f;
       // A = X diag(scale) (rows p, k-dim = history tokens), fp32 -> hi + lo; B = B_k^T, exact for
       // 16-bit activations (the scale sits on the A side, computed once per 8 tokens, not per column).
       const AT* X0 = s_X + size_t(q0 ? k0 : 0) * XS;
@@ -342,30 +364,17 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
         V::store(S + int64_t(pr[r]) * N + m * 4 * VEC + t * VEC, tmp);
       }
     }
+    if constexpr (sizeof(ST) == 4) readout(std::integral_constant<int, 2>{});
+  } else if constexpr (sizeof(ST) == 4) {
+    // fp32 state: a readout in each branch keeps the compiler from moving the 64 state registers into the fold's
+    // assignment before the branch (ncu, thirty-sixth session: ~48 MOVs a warp, on every row). The 16-bit states
+    // keep one readout after the branch (in each branch they spill).
+    readout(std::integral_constant<int, 2>{});
   }
-
-  // ---- d. readout: acc = S C_s for rows (g, g+8) and s = 2t, 2t+1 ----
-  float acc[2][4] = {};  // two chains over the k-tiles
-  auto readout = [&](auto ap) {
-    constexpr int AP = decltype(ap)::value;
-#pragma unroll
-    for (int m = 0; m < NG; ++m)
-#pragma unroll
-      for (int q = 0; q < TG; ++q) {
-        const int kt = m * TG + q, ii = m * VEC + 2 * q;  // state column m*4*VEC + t*VEC + 2q (+1)
-        const float a[4] = {sv[0][ii], sv[1][ii], sv[0][ii + 1], sv[1][ii + 1]};
-        uint32_t ah[4], al[4], bh[2], bl[2];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) split_tf32<AP, false>(a[i], ah[i], al[i]);
-        float c0, c1;
-        ld_pair(Cg + m * 4 * VEC + t * VEC + 2 * q, c0, c1);
-        split_tf32<CP>(c0, bh[0], bl[0]);
-        split_tf32<CP>(c1, bh[1], bl[1]);
-        mma_passes<AP, CP>(acc[kt & 1], ah, al, bh[0], bh[1], bl[0], bl[1]);
-      }
-  };
-  if (Parts<ST>::kN == 1 && !flush) readout(std::integral_constant<int, 1>{});  // 16-bit S0: exact in TF32
-  else readout(std::integral_constant<int, 2>{});
+  if constexpr (sizeof(ST) != 4) {
+    if (Parts<ST>::kN == 1 && !flush) readout(std::integral_constant<int, 1>{});  // 16-bit S0: exact in TF32
+    else readout(std::integral_constant<int, 2>{});
+  }
 
   // ---- e. ring term sum_k f[k][s] x_k on tensor cores (A = X^T: rows p, k-dim = replayed tokens;
   //         B = F), then scale, skip, gate, store ----
@@ -387,7 +396,7 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
   float y[2][2];
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
-    const float fac = 2 * t + e < n ? expf(fminf(A * (qs.total - qe[e]), 0.f)) : 0.f;
+    const float fac = 2 * t + e < n ? decay_exp(A * (qs.total - qe[e])) : 0.f;
 #pragma unroll
     for (int r = 0; r < 2; ++r) y[r][e] = fac * (acc[0][2 * r + e] + acc[1][2 * r + e]) + yr[2 * r + e];
   }

@@ -98,6 +98,15 @@ __device__ __forceinline__ void ld_pair(const T* p, float& a, float& b) {
   }
 }
 
+// exp(min(x, 0)), the decay factors' exponential: one ex2.approx (~2 ulp) after a multiply by log2(e); results below
+// 2^-126 flush to zero. Two instructions where expf takes ~10 (ncu, thirty-sixth session: the verify's expf calls
+// were ~6 % of its instructions).
+__device__ __forceinline__ float decay_exp(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(fminf(x, 0.f) * 1.4426950408889634f));
+  return y;
+}
+
 // ---- staging: global -> shared, all copies of a CTA in flight at once (common.cuh cp_async16) ----
 // One 16-byte chunk of shared memory (dst, 16-byte aligned) <- src[0 .. valid-1], zeros after
 // (valid may be <= 0: all zeros, src not read). A whole chunk from a 16-byte aligned source goes by
