@@ -65,7 +65,8 @@ size_t smem_bytes(int N, int kmax, int PC) {
 // instances without it are the code as before (in shared code the wait cost this kernel 2-7 %, twentieth session).
 template <class ST, class AT, int N, bool PDL>
 __global__ void __launch_bounds__(256, 2)
-spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const unsigned hpg, const unsigned hpg_magic) {
+spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const unsigned hpg, const unsigned hpg_magic,
+                   const bool aligned) {
   using V = Vec16<ST>;
   constexpr int VEC = V::kN;
   constexpr int NG = N / (4 * VEC);        // 16-byte column groups per state row
@@ -148,27 +149,56 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
   AT* xring = static_cast<AT*>(rg.x_ring) + int64_t(slot) * rg.xr_slot + int64_t(h) * R * P;
   float* dtr = rg.dt_ring + int64_t(slot) * rg.dtr_slot + int64_t(h) * R;
 
-  for (int i = tid; i < ntok * BCH; i += nthreads) {
-    const int k = i / BCH, c = i % BCH;
-    const AT* src = k < w ? Bring + int64_t((origin + k) & mask) * N
-                          : Bin + int64_t(t0 + k - w) * p.B_tok + int64_t(grp) * p.B_group;
-    stage_chunk(s_B + k * BS + c * E, src + c * E, E);
-  }
-  for (int i = tid; i < kMaxWin * BCH; i += nthreads) {
-    const int s = i / BCH, c = i % BCH;
-    const AT* src = s < n ? Cin + int64_t(t0 + s) * p.C_tok + int64_t(grp) * p.C_group + c * E : nullptr;
-    stage_chunk(s_C + s * BS + c * E, src, s < n ? E : 0);
-  }
   // nthreads = 32 tiles = 2E x (PC / E chunks a row): a thread keeps the chunk column xc = tid / 2E and steps 2E tokens per trip from
   // token tid % 2E (powers of two: shifts, where the division by the run-time XCH cost ~30 instructions a warp).
   constexpr int xstep = 2 * E;
   const int xc = tid / xstep, xk0 = tid & (xstep - 1);
   const int xpp = pbase + xc * E;
-  for (int k = xk0; k < ntok; k += xstep) {
-    const int c = xc, pp = xpp;
-    const AT* src = k < w ? xring + int64_t((origin + k) & mask) * P + pp
-                          : xin + int64_t(t0 + k - w) * p.x_tok + int64_t(h) * p.x_head + pp;
-    stage_chunk(s_X + k * XS + c * E, src, P - pp);
+  if (aligned) {
+    // Every staged row 16-byte aligned (checked on the host): cp.async with no per-chunk alignment test or ring / input
+    // select (history rows from the ring, then the window's from the input, each its own loop), and the zeros by 16-byte
+    // stores (the C rows past the window; x columns past P, a whole chunk since P is a multiple of E).
+    for (int i = tid; i < w * BCH; i += nthreads) {
+      const int k = i / BCH, c = i % BCH;
+      cp_async16(s_B + k * BS + c * E, Bring + int64_t((origin + k) & mask) * N + c * E);
+    }
+    const AT* Bw = Bin + int64_t(t0) * p.B_tok + int64_t(grp) * p.B_group;
+    for (int i = tid; i < n * BCH; i += nthreads) {
+      const int j = i / BCH, c = i % BCH;
+      cp_async16(s_B + (w + j) * BS + c * E, Bw + j * p.B_tok + c * E);
+    }
+    const AT* Cw = Cin + int64_t(t0) * p.C_tok + int64_t(grp) * p.C_group;
+    for (int i = tid; i < kMaxWin * BCH; i += nthreads) {
+      const int j = i / BCH, c = i % BCH;
+      if (j < n) cp_async16(s_C + j * BS + c * E, Cw + j * p.C_tok + c * E);
+      else *reinterpret_cast<uint4*>(s_C + j * BS + c * E) = make_uint4(0u, 0u, 0u, 0u);
+    }
+    if (xpp < P) {
+      for (int k = xk0; k < w; k += xstep) cp_async16(s_X + k * XS + xc * E, xring + int64_t((origin + k) & mask) * P + xpp);
+      const AT* xw = xin + int64_t(h) * p.x_head + xpp;
+      for (int k = w + ((xk0 - w) & (xstep - 1)); k < ntok; k += xstep)  // the first k >= w of this thread's residue
+        cp_async16(s_X + k * XS + xc * E, xw + int64_t(t0 + k - w) * p.x_tok);
+    } else {
+      for (int k = xk0; k < ntok; k += xstep) *reinterpret_cast<uint4*>(s_X + k * XS + xc * E) = make_uint4(0u, 0u, 0u, 0u);
+    }
+  } else {
+    for (int i = tid; i < ntok * BCH; i += nthreads) {
+      const int k = i / BCH, c = i % BCH;
+      const AT* src = k < w ? Bring + int64_t((origin + k) & mask) * N
+                            : Bin + int64_t(t0 + k - w) * p.B_tok + int64_t(grp) * p.B_group;
+      stage_chunk(s_B + k * BS + c * E, src + c * E, E);
+    }
+    for (int i = tid; i < kMaxWin * BCH; i += nthreads) {
+      const int s = i / BCH, c = i % BCH;
+      const AT* src = s < n ? Cin + int64_t(t0 + s) * p.C_tok + int64_t(grp) * p.C_group + c * E : nullptr;
+      stage_chunk(s_C + s * BS + c * E, src, s < n ? E : 0);
+    }
+    for (int k = xk0; k < ntok; k += xstep) {
+      const int c = xc, pp = xpp;
+      const AT* src = k < w ? xring + int64_t((origin + k) & mask) * P + pp
+                            : xin + int64_t(t0 + k - w) * p.x_tok + int64_t(h) * p.x_head + pp;
+      stage_chunk(s_X + k * XS + c * E, src, P - pp);
+    }
   }
   // Gate inputs, raw: issued before the delta loop below waits on its loads, converted after the barrier.
   const AT* z = static_cast<const AT*>(p.z);
@@ -207,15 +237,27 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
     for (int e = 0; e < 2; ++e) zv[r][e] = Traits<AT>::to_f(zraw[r][e]);
 
   // ---- a. the window's x columns and B rows into the ring (logical w + j) ----
-  for (int j = xk0; j < n; j += xstep) {
-    const int c = xc, pp = xpp;
-    store_chunk(xring + int64_t((origin + w + j) & mask) * P + pp, s_X + (w + j) * XS + c * E, P - pp);
+  const bool writes_B = chunk == 0 && unsigned(h) == unsigned(grp) * hpg;  // one CTA per (row, group) writes the group's B
+  if (aligned) {
+    if (xpp < P)
+      for (int j = xk0; j < n; j += xstep)
+        *reinterpret_cast<uint4*>(xring + int64_t((origin + w + j) & mask) * P + xpp) =
+            *reinterpret_cast<const uint4*>(s_X + (w + j) * XS + xc * E);
+    if (writes_B)
+      for (int i = tid; i < n * BCH; i += nthreads) {
+        const int j = i / BCH, c = i % BCH;
+        *reinterpret_cast<uint4*>(Bring + int64_t((origin + w + j) & mask) * N + c * E) =
+            *reinterpret_cast<const uint4*>(s_B + (w + j) * BS + c * E);
+      }
+  } else {
+    for (int j = xk0; j < n; j += xstep)
+      store_chunk(xring + int64_t((origin + w + j) & mask) * P + xpp, s_X + (w + j) * XS + xc * E, P - xpp);
+    if (writes_B)
+      for (int i = tid; i < n * BCH; i += nthreads) {
+        const int j = i / BCH, c = i % BCH;
+        store_chunk(Bring + int64_t((origin + w + j) & mask) * N + c * E, s_B + (w + j) * BS + c * E, E);
+      }
   }
-  if (chunk == 0 && unsigned(h) == unsigned(grp) * hpg)  // one CTA per (row, group) writes the group's B
-    for (int i = tid; i < n * BCH; i += nthreads) {
-      const int j = i / BCH, c = i % BCH;
-      store_chunk(Bring + int64_t((origin + w + j) & mask) * N + c * E, s_B + (w + j) * BS + c * E, E);
-    }
 
   // ---- b. decay sums (per warp, in registers) and f[k][s] ----
   // q_k = sum of the replayed deltas after k; c_e = sum up to e = total - q_e (q_e spans < 8 window
@@ -416,6 +458,21 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
   }
 }
 
+// The staging's aligned path needs every staged row 16-byte aligned: the base pointers, each token / group / head / slot
+// stride and the row lengths (P, N) in 16-byte multiples; else the chunk loops with their per-chunk tests (element
+// copies where a chunk is not aligned). REPLAYSSM_M2_VERIFY_STAGE=chunks forces the loops (A/B, tests).
+bool stage_aligned(const Mamba2VerifyParams& p) {
+  if (env_choice("REPLAYSSM_M2_VERIFY_STAGE", {"aligned", "chunks"}) == 1) return false;
+  const Mamba2StepParams& s = p.step;
+  const int64_t a = int64_t(dtype_size(s.act));
+  auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  bool ok = aligned(s.B) && aligned(s.C) && aligned(s.x) && aligned(p.ring.B_ring) && aligned(p.ring.x_ring);
+  for (int64_t e : {s.B_tok, s.B_group, s.C_tok, s.C_group, s.x_tok, s.x_head, p.ring.Br_slot, p.ring.xr_slot,
+                    int64_t(s.headdim), int64_t(s.dstate)})
+    ok = ok && (e * a) % 16 == 0;
+  return ok;
+}
+
 template <class ST, class AT, int N, bool PDL>
 void launch(const Mamba2VerifyParams& p, cudaStream_t st) {
   // whole heads per CTA at every batch (launch_util.cuh, choose_psplit; batch 8, T = 4: -2 % against split heads)
@@ -428,7 +485,8 @@ void launch(const Mamba2VerifyParams& p, cudaStream_t st) {
   const unsigned hpg = unsigned(p.step.heads / p.step.groups);
   // ceil(2^32 / hpg) (0 for hpg = 1: the kernel takes grp = h then)
   const unsigned magic = hpg == 1 ? 0u : unsigned((uint64_t(1) << 32) / hpg + ((uint64_t(1) << 32) % hpg != 0));
-  launch_kernel(kernel, grid, block, smem, st, PDL, "mamba2::spec_verify", p, sp.tiles_per_cta, hpg, magic);
+  launch_kernel(kernel, grid, block, smem, st, PDL, "mamba2::spec_verify", p, sp.tiles_per_cta, hpg, magic,
+                stage_aligned(p));
 }
 
 }  // namespace

@@ -168,6 +168,37 @@ TEST(CudaMamba2Spec, UnalignedRowsAndPartialTiles) {
     }
 }
 
+// The verify's two staging paths (REPLAYSSM_M2_VERIFY_STAGE): where every staged row is 16-byte aligned, cp.async with
+// no per-chunk tests (aligned, the default); the chunk loops otherwise (chunks); each against the float64 truth and the
+// CPU backend over a ring-filling history (flush and non-flush rows), every activation dtype, and a head split over
+// 2-warp CTAs whose last one overhangs P (its x columns past P staged as zeros).
+TEST(CudaMamba2Spec, StagingPathsAlignedAndChunks) {
+  NEED_GPU();
+  struct C { Mamba2Geometry geo; DtypePair dt; int B, T; const char* tiles; };
+  const C cases[] = {
+      {{16, 64, 128, 8}, {DType::f32, DType::bf16}, 28, 4, ""},  // Super's head, history = ring - T
+      {{8, 80, 128, 2}, {DType::f32, DType::f16}, 26, 6, "2"},   // P = 80 in 32-row CTAs: the third holds 16 rows
+      {{8, 64, 64, 2}, {DType::bf16, DType::f32}, 56, 8, ""},    // fp32 activations, ring 64, dstate 64
+  };
+  uint64_t seed = 1200;
+  for (const char* mode : {"aligned", "chunks"})
+    for (const C& c : cases) {
+      const ScopedEnv stage("REPLAYSSM_M2_VERIFY_STAGE", mode), shape("REPLAYSSM_M2_TILES", c.tiles);
+      Problem pb(setup(c.geo, c.dt, 4, 1, ++seed));
+      SpecOpts o;
+      o.spec.history = c.B; o.spec.window = c.T;
+      o.steps = 150;
+      CpuDiff d;
+      const RunLog log = run_spec(pb, o, gpu_backend(&d));
+      const std::string what = std::string(mode) + " " + c.geo.to_string() + " " + pair_name(c.dt) + " B" +
+                               std::to_string(c.B) + " T" + std::to_string(c.T);
+      std::printf("  [%s] out %.2e state %.2e | vs cpu out %.2e state %.2e | flushes %d\n", what.c_str(), log.max_out(),
+                  log.max_state(), d.out, d.state, log.flushes);
+      EXPECT_GT(log.flushes, 0) << what;
+      expect_spec_clean(log, d, tolerance(c.dt), what.c_str());
+    }
+}
+
 // One verify step == the same window stepped through standard ReplaySSM decode (CPU backend), at
 // every ring fill level 0..history; full windows; flush steps accepting 1 and T alternately.
 TEST(CudaMamba2Spec, VerifyEqualsSteppedDecodeAtEveryFillLevel) {
