@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <utility>
 
@@ -112,6 +114,16 @@ inline void with_float_type(DType t, const char* arg, F&& f) {
     case DType::f16: f(__half{}); return;
     default: throw Error(arg, std::string("unsupported dtype ") + std::string(dtype_name(t)));
   }
+}
+
+// Rows at base + i * stride (elements of esize bytes) all start 16-byte aligned, for every stride given (token, group,
+// slot strides; a row length where rows are packed): the host's test before a kernel takes its 16-byte vector or
+// cp.async path.
+inline bool rows_aligned16(const void* base, std::initializer_list<int64_t> strides, size_t esize) {
+  if (reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
+  for (int64_t s : strides)
+    if ((s * int64_t(esize)) % 16 != 0) return false;
+  return true;
 }
 
 // The state kernels move the state with 16-byte vector accesses: base and slot stride must allow it.

@@ -138,12 +138,6 @@ void launch_wide(const Mamba2StepParams& p, cudaStream_t st) {
                 "mamba2_decode", p, chunks);
 }
 
-// B and C chunks are read with vector loads: every (row, group) start must be 16-byte aligned.
-bool rows_aligned16(const void* base, int64_t tok, int64_t group, DType t) {
-  const int64_t e = int64_t(dtype_size(t));
-  return reinterpret_cast<uintptr_t>(base) % 16 == 0 && (tok * e) % 16 == 0 && (group * e) % 16 == 0;
-}
-
 }  // namespace
 
 // wide: 4 x 16-byte state chunks per lane (64 B; fp32 state 16 columns, 16-bit state 32), 64 registers;
@@ -152,8 +146,9 @@ bool rows_aligned16(const void* base, int64_t tok, int64_t group, DType t) {
 // Called by mamba2_decode, which has checked rows and the state alignment. Returns false, launching
 // nothing, when B or C rows are not 16-byte aligned (the caller then runs its default tile).
 bool mamba2_decode_wide(const Mamba2StepParams& p, bool narrow, Stream stream) {
-  if (!rows_aligned16(p.B, p.B_tok, p.B_group, p.act) || !rows_aligned16(p.C, p.C_tok, p.C_group, p.act))
-    return false;
+  // B and C chunks are read with vector loads: every (row, group) start must be 16-byte aligned.
+  const size_t e = dtype_size(p.act);
+  if (!rows_aligned16(p.B, {p.B_tok, p.B_group}, e) || !rows_aligned16(p.C, {p.C_tok, p.C_group}, e)) return false;
   auto st = static_cast<cudaStream_t>(stream);
   with_float_type(p.state_dtype, "state", [&](auto s) {
     using ST = decltype(s);

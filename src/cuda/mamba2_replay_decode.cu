@@ -451,10 +451,6 @@ bool flush_scale_x() {
   return f != 1;
 }
 
-bool aligned16(const void* ptr, int64_t elems, size_t esize) {
-  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (elems * int64_t(esize)) % 16 == 0;
-}
-
 // The XC = 1 instance (one CTA more per SM) for CTAs of 5 warps at large batches; REPLAYSSM_M2_REPLAY_DENSE=0|1
 // forces it off / on (where the instance exists: 16-bit state, bf16 activations, L <= 16). Measured (H200, Nano
 // bf16 / bf16, fourteenth session runs 3-4): amortised b512 0.78x -> 0.76x with it, b256 0.79x -> 0.78x, b128 0.81x ->
@@ -489,8 +485,8 @@ void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
     if (!dense && (small = small_ctas(sp.tiles_per_cta, N))) kernel = replay_decode_kernel<ST, AT, N, KT, SX, 0, true, PDL>;
   allow_dynamic_smem(kernel, smem, "mamba2_replay_decode");  // > 48 KB: fp32 activations at L > 16
   const size_t es = sizeof(AT);
-  const bool vec16 = aligned16(p.ring.x_ring, p.ring.xr_slot, es) && aligned16(p.ring.B_ring, p.ring.Br_slot, es) &&
-                     (int64_t(p.step.headdim) * int64_t(es)) % 16 == 0;
+  const bool vec16 = rows_aligned16(p.ring.x_ring, {p.ring.xr_slot, p.step.headdim}, es) &&
+                     rows_aligned16(p.ring.B_ring, {p.ring.Br_slot}, es);
   int prefetch = 0;
   if (const double waves = prefetch_waves(); waves != 0.0) {
     // CTAs per SM depend only on the instance (dense, small), its CTA size (1-8 tiles) and the device: asked once

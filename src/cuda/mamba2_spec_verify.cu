@@ -464,13 +464,10 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
 bool stage_aligned(const Mamba2VerifyParams& p) {
   if (env_choice("REPLAYSSM_M2_VERIFY_STAGE", {"aligned", "chunks"}) == 1) return false;
   const Mamba2StepParams& s = p.step;
-  const int64_t a = int64_t(dtype_size(s.act));
-  auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  bool ok = aligned(s.B) && aligned(s.C) && aligned(s.x) && aligned(p.ring.B_ring) && aligned(p.ring.x_ring);
-  for (int64_t e : {s.B_tok, s.B_group, s.C_tok, s.C_group, s.x_tok, s.x_head, p.ring.Br_slot, p.ring.xr_slot,
-                    int64_t(s.headdim), int64_t(s.dstate)})
-    ok = ok && (e * a) % 16 == 0;
-  return ok;
+  const size_t a = dtype_size(s.act);
+  return rows_aligned16(s.B, {s.B_tok, s.B_group, s.dstate}, a) && rows_aligned16(s.C, {s.C_tok, s.C_group}, a) &&
+         rows_aligned16(s.x, {s.x_tok, s.x_head, s.headdim}, a) && rows_aligned16(p.ring.B_ring, {p.ring.Br_slot}, a) &&
+         rows_aligned16(p.ring.x_ring, {p.ring.xr_slot}, a);
 }
 
 template <class ST, class AT, int N, bool PDL>
