@@ -128,7 +128,7 @@ inline bool rows_aligned16(const void* base, std::initializer_list<int64_t> stri
 
 // The state kernels move the state with 16-byte vector accesses: base and slot stride must allow it.
 inline void check_state_alignment(const void* base, int64_t slot_stride_elems, DType t, const char* arg) {
-  if (reinterpret_cast<uintptr_t>(base) % 16 != 0 || (slot_stride_elems * dtype_size(t)) % 16 != 0)
+  if (!rows_aligned16(base, {slot_stride_elems}, dtype_size(t)))
     throw Error(arg, "the CUDA kernels need a 16-byte aligned base pointer and slot stride, got slot stride " +
                          std::to_string(slot_stride_elems) + " elements of " + std::string(dtype_name(t)));
 }

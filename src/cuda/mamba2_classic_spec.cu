@@ -168,9 +168,7 @@ void mamba2_classic_spec(const Mamba2ClassicSpecParams& p, Stream stream) {
   if (p.window < 1 || p.window > kMaxWin)
     throw Error("window", "the CUDA classic speculative kernel supports windows of 1.." + std::to_string(kMaxWin) +
                               " tokens, got " + std::to_string(p.window));
-  const size_t sb = dtype_size(p.step.state_dtype);
-  if (reinterpret_cast<uintptr_t>(p.step.state) % 16 != 0 || (size_t(p.step.state_slot) * sb) % 16 != 0)
-    throw Error("state", "the CUDA kernels need 16-byte aligned slots (base pointer and slot stride)");
+  check_state_alignment(p.step.state, p.step.state_slot, p.step.state_dtype, "state");
   // Whole heads per CTA at every batch, as the replay and verify kernels: the split rule (8 CTAs per SM) was 23-30 %
   // slower at batch 1-4 and 4-6 % at batch 8 (H200, twenty-fifth session, Super T = 4 / 6: each CTA repeats the window's
   // staging). REPLAYSSM_M2_CLASSIC_SPEC_TILES forces the shape for an A/B.

@@ -499,9 +499,7 @@ void mamba2_spec_verify(const Mamba2VerifyParams& p, Stream stream) {
       p.history < 0 || p.history + p.window > p.ring.ring)
     throw Error("spec", "the CUDA verify kernel supports power-of-two rings of at most " + std::to_string(kMaxRing) +
                             " positions holding history + window, got ring " + std::to_string(p.ring.ring));
-  const size_t sb = dtype_size(p.step.state_dtype);
-  if (reinterpret_cast<uintptr_t>(p.step.state) % 16 != 0 || (size_t(p.step.state_slot) * sb) % 16 != 0)
-    throw Error("cache.checkpoint", "the CUDA kernels need 16-byte aligned slots (base pointer and slot stride)");
+  check_state_alignment(p.step.state, p.step.state_slot, p.step.state_dtype, "cache.checkpoint");
   auto st = static_cast<cudaStream_t>(stream);
   with_float_type(p.step.state_dtype, "cache.checkpoint", [&](auto s) {
     using ST = decltype(s);
