@@ -66,7 +66,7 @@ size_t smem_bytes(int N, int kmax, int PC) {
 template <class ST, class AT, int N, bool PDL>
 __global__ void __launch_bounds__(256, 2)
 spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const unsigned hpg, const unsigned hpg_magic,
-                   const bool aligned) {
+                   const bool aligned, const bool loads_after_wait) {
   using V = Vec16<ST>;
   constexpr int VEC = V::kN;
   constexpr int NG = N / (4 * VEC);        // 16-byte column groups per state row
@@ -115,13 +115,14 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
   const int pr[2] = {p0 + g, p0 + g + 8};
   const bool ok[2] = {active && pr[0] < P, active && pr[1] < P};
   uint4 raw[2][NG];
-  load_tile_rows<ST, N>(raw, S, pr, ok, t);
+  if (!PDL || !loads_after_wait) load_tile_rows<ST, N>(raw, S, pr, ok, t);
   if constexpr (PDL) {  // the previous kernel has finished: the window, its bounds and the cursor are final
     griddep_wait_then_release();
     t0 = vp.query_start_loc[row];
     n = vp.query_start_loc[row + 1] - t0;
     w = cur[0];
     origin = cur[1];
+    if (loads_after_wait) load_tile_rows<ST, N>(raw, S, pr, ok, t);  // behind the cursor, as without pdl
   }
 
   // No window: no outputs and no fold (as on the CPU). Corrupt values: skip the row rather than
@@ -482,8 +483,11 @@ void launch(const Mamba2VerifyParams& p, cudaStream_t st) {
   const unsigned hpg = unsigned(p.step.heads / p.step.groups);
   // ceil(2^32 / hpg) (0 for hpg = 1: the kernel takes grp = h then)
   const unsigned magic = hpg == 1 ? 0u : unsigned((uint64_t(1) << 32) / hpg + ((uint64_t(1) << 32) % hpg != 0));
+  // REPLAYSSM_M2_VERIFY_PDL_LOADS=before|after (experiment, thirty-ninth session): the pdl instance's checkpoint loads
+  // before griddepcontrol.wait (main) or after it, behind the cursor and window loads
+  const bool after = env_choice("REPLAYSSM_M2_VERIFY_PDL_LOADS", {"before", "after"}) == 1;
   launch_kernel(kernel, grid, block, smem, st, PDL, "mamba2::spec_verify", p, sp.tiles_per_cta, hpg, magic,
-                stage_aligned(p));
+                stage_aligned(p), after);
 }
 
 }  // namespace
