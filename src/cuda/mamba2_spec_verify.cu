@@ -66,7 +66,7 @@ size_t smem_bytes(int N, int kmax, int PC) {
 template <class ST, class AT, int N, bool PDL>
 __global__ void __launch_bounds__(256, 2)
 spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const unsigned hpg, const unsigned hpg_magic,
-                   const bool aligned, const bool loads_after_wait) {
+                   const bool aligned) {
   using V = Vec16<ST>;
   constexpr int VEC = V::kN;
   constexpr int NG = N / (4 * VEC);        // 16-byte column groups per state row
@@ -115,14 +115,13 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
   const int pr[2] = {p0 + g, p0 + g + 8};
   const bool ok[2] = {active && pr[0] < P, active && pr[1] < P};
   uint4 raw[2][NG];
-  if (!PDL || !loads_after_wait) load_tile_rows<ST, N>(raw, S, pr, ok, t);
+  load_tile_rows<ST, N>(raw, S, pr, ok, t);
   if constexpr (PDL) {  // the previous kernel has finished: the window, its bounds and the cursor are final
     griddep_wait_then_release();
     t0 = vp.query_start_loc[row];
     n = vp.query_start_loc[row + 1] - t0;
     w = cur[0];
     origin = cur[1];
-    if (loads_after_wait) load_tile_rows<ST, N>(raw, S, pr, ok, t);  // behind the cursor, as without pdl
   }
 
   // No window: no outputs and no fold (as on the CPU). Corrupt values: skip the row rather than
@@ -471,6 +470,12 @@ bool stage_aligned(const Mamba2VerifyParams& p) {
          rows_aligned16(p.ring.x_ring, {p.ring.xr_slot}, a);
 }
 
+// pdl pays on grids of at most this many waves (H100, verify + commit both on pdl, against neither; thirty-ninth
+// session): Super T = 4 b8 (1.9 waves) -3 %, b16 (3.9) +-0, b32 (7.8) +3 %, b64 / b512 +5 to +9 %; layers back to back
+// b8 -12 %, b16 -6 %, b32 +2 %. Beyond it the op launches without the attribute (a plain stream-ordered launch: the same
+// results, the caller's flag is a hint). Not the load order: the checkpoint loads after the wait measured the same.
+constexpr int kPdlMaxWaves = 4;
+
 template <class ST, class AT, int N, bool PDL>
 void launch(const Mamba2VerifyParams& p, cudaStream_t st) {
   // whole heads per CTA at every batch (launch_util.cuh, choose_psplit; batch 8, T = 4: -2 % against split heads)
@@ -480,14 +485,17 @@ void launch(const Mamba2VerifyParams& p, cudaStream_t st) {
   const size_t smem = smem_bytes<AT>(N, p.history + p.window, sp.tiles_per_cta * 16);
   auto kernel = spec_verify_kernel<ST, AT, N, PDL>;
   allow_dynamic_smem(kernel, smem, "spec_verify");
+  if constexpr (PDL) {
+    int resident = 0;
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, int(block.x), smem), "spec_verify");
+    const long long ctas = (long long)grid.x * grid.y * grid.z;
+    if (ctas > (long long)kPdlMaxWaves * sm_count() * (resident > 0 ? resident : 1)) return launch<ST, AT, N, false>(p, st);
+  }
   const unsigned hpg = unsigned(p.step.heads / p.step.groups);
   // ceil(2^32 / hpg) (0 for hpg = 1: the kernel takes grp = h then)
   const unsigned magic = hpg == 1 ? 0u : unsigned((uint64_t(1) << 32) / hpg + ((uint64_t(1) << 32) % hpg != 0));
-  // REPLAYSSM_M2_VERIFY_PDL_LOADS=before|after (experiment, thirty-ninth session): the pdl instance's checkpoint loads
-  // before griddepcontrol.wait (main) or after it, behind the cursor and window loads
-  const bool after = env_choice("REPLAYSSM_M2_VERIFY_PDL_LOADS", {"before", "after"}) == 1;
   launch_kernel(kernel, grid, block, smem, st, PDL, "mamba2::spec_verify", p, sp.tiles_per_cta, hpg, magic,
-                stage_aligned(p), after);
+                stage_aligned(p));
 }
 
 }  // namespace
