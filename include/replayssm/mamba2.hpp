@@ -126,8 +126,10 @@ struct VerifyArgs {
   TensorView query_start_loc;  // [rows + 1] int32, window of row i = tokens [qsl[i], qsl[i+1])
   TensorView out;              // [tokens, H, P]
   // CUDA (sm_90): as ReplayDecodeArgs::pdl; before the previous kernel (e.g. commit_cursors) has finished only slot_idx
-  // and the checkpoint are read, so it must not write those two. Ignored on the CPU. Measured (H100, Super, verify +
-  // commit both with pdl): batch 8 -2-3 %, batch 64-512 +5-8 % (the cursor read waits for the wait): small batches only.
+  // and the checkpoint are read, so it must not write those two. Ignored on the CPU. Honoured only where the grid is at
+  // most 4 waves (batch <= 16 at Nemotron-3 sizes), where it pays: measured (H100, Super T = 4, verify + commit both
+  // with pdl) batch 8 -3 % (-12 % with layers back to back), batch 32 +3 %, batch 64-512 +5-9 %. Larger grids launch
+  // without it (same results), so an engine may leave it on at every batch.
   bool pdl = false;
 };
 void spec_verify(const VerifyArgs& args, Stream stream = nullptr);

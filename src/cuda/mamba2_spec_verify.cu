@@ -470,6 +470,12 @@ bool stage_aligned(const Mamba2VerifyParams& p) {
          rows_aligned16(p.ring.x_ring, {p.ring.xr_slot}, a);
 }
 
+// pdl pays on grids of at most this many waves (H100, verify + commit both on pdl, against neither; thirty-ninth
+// session): Super T = 4 b8 (1.9 waves) -3 %, b16 (3.9) +-0, b32 (7.8) +3 %, b64 / b512 +5 to +9 %; layers back to back
+// b8 -12 %, b16 -6 %, b32 +2 %. Beyond it the op launches without the attribute (a plain stream-ordered launch: the same
+// results, the caller's flag is a hint). Not the load order: the checkpoint loads after the wait measured the same.
+constexpr int kPdlMaxWaves = 4;
+
 template <class ST, class AT, int N, bool PDL>
 void launch(const Mamba2VerifyParams& p, cudaStream_t st) {
   // whole heads per CTA at every batch (launch_util.cuh, choose_psplit; batch 8, T = 4: -2 % against split heads)
@@ -479,6 +485,12 @@ void launch(const Mamba2VerifyParams& p, cudaStream_t st) {
   const size_t smem = smem_bytes<AT>(N, p.history + p.window, sp.tiles_per_cta * 16);
   auto kernel = spec_verify_kernel<ST, AT, N, PDL>;
   allow_dynamic_smem(kernel, smem, "spec_verify");
+  if constexpr (PDL) {
+    int resident = 0;
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, int(block.x), smem), "spec_verify");
+    const long long ctas = (long long)grid.x * grid.y * grid.z;
+    if (ctas > (long long)kPdlMaxWaves * sm_count() * (resident > 0 ? resident : 1)) return launch<ST, AT, N, false>(p, st);
+  }
   const unsigned hpg = unsigned(p.step.heads / p.step.groups);
   // ceil(2^32 / hpg) (0 for hpg = 1: the kernel takes grp = h then)
   const unsigned magic = hpg == 1 ? 0u : unsigned((uint64_t(1) << 32) / hpg + ((uint64_t(1) << 32) % hpg != 0));
