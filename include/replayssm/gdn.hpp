@@ -76,7 +76,9 @@ struct ReplayDecodeArgs {
   TensorView out;
   // CUDA (sm_90): as DecodeArgs::pdl; before the previous kernel has finished only slot_idx and the checkpoint are
   // read (the cursor, rings and token after it), so it must not write those two. Taken by the fused step (the fp32
-  // state default); the split path (16-bit state default, REPLAYSSM_GDN_APPEND=split) launches without it.
+  // state default), on grids of at most 6 waves (batch <= ~32-64 at Qwen3.5 sizes; beyond, pdl cost the step 1.5-3 %
+  // on an H100, so it launches plainly there); the split path (16-bit state default, REPLAYSSM_GDN_APPEND=split)
+  // launches without it.
   bool pdl = false;
 };
 void replay_decode(const ReplayDecodeArgs& args, Stream stream = nullptr);

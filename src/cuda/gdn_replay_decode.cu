@@ -358,6 +358,11 @@ GdnAppend gdn_append_mode(DType state) {
   }
 }
 
+// The fused step honours pdl on grids of at most this many waves (H100, thirty-ninth session, the append step with pdl
+// against without: b8 -7 to -10 %, b16 -0 to -7 %, b32 -0.4 to -0.9 %, 4B b64 -0.3 %, but 122B b64 +2.8 %, b512 +1.5 % (4B) /
+// +2.9 % (122B)); beyond it the step launches plainly.
+constexpr int kReplayPdlMaxWaves = 6;
+
 // The split path's flush launch as a programmatic dependent of the append launch: REPLAYSSM_GDN_PDL=0
 // turns it off (A/B), unset or 1: on.
 bool gdn_pdl() { return env_choice("REPLAYSSM_GDN_PDL", {"0", "1"}) != 0; }
@@ -397,7 +402,8 @@ void gdn_replay_decode(const GdnReplayParams& p, Stream stream) {
       const size_t smem = std::max<size_t>(16, size_t(L - 1) * size_t(K + rpc) * sizeof(float));
       const unsigned gx = unsigned(p.step.v_heads * slices), block = unsigned(32 * warps);
       if (!split) {  // pdl: the fused path only (the split path's append kernel has no pdl instance)
-        const bool pdl = use_pdl(p.step.pdl);
+        const bool pdl = use_pdl(p.step.pdl) && grid_within_waves(gdn_replay_kernel<ST, K, true>, (long long)gx * p.step.rows,
+                                                                  int(block), smem, kReplayPdlMaxWaves, "gdn_replay_decode");
         launch_kernel(pdl ? gdn_replay_kernel<ST, K, true> : gdn_replay_kernel<ST, K, false>, dim3(gx, unsigned(p.step.rows)),
                       dim3(block), smem, st, pdl, "gdn_replay_decode", p, slices);
         return;

@@ -72,6 +72,16 @@ inline int sm_count() {
   return cached[dev];
 }
 
+// Whether a grid of `ctas` CTAs of `kernel` (block threads, smem bytes of dynamic shared memory) fits `max_waves` waves
+// at its occupancy. Some pdl instances pay only on small grids (their griddepcontrol.wait sits on every CTA's critical
+// path): their launches ask this and launch plainly beyond (the same results; the ops' pdl flag is a hint).
+template <class... KArgs>
+bool grid_within_waves(void (*kernel)(KArgs...), long long ctas, int block, size_t smem, int max_waves, const char* what) {
+  int resident = 0;
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, block, smem), what);
+  return ctas <= (long long)max_waves * sm_count() * (resident > 0 ? resident : 1);
+}
+
 // The P axis is cut into 16-row tiles, one warp each. A CTA takes `tiles_per_cta` consecutive tiles
 // of one (row, head): all of them when rows * heads gives min_ctas_per_sm CTAs per SM, fewer (more CTAs)
 // below that. min_ctas_per_sm = 0: always a whole head (at most 8 tiles), what the replay and verify kernels

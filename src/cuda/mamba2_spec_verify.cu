@@ -486,10 +486,8 @@ void launch(const Mamba2VerifyParams& p, cudaStream_t st) {
   auto kernel = spec_verify_kernel<ST, AT, N, PDL>;
   allow_dynamic_smem(kernel, smem, "spec_verify");
   if constexpr (PDL) {
-    int resident = 0;
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, int(block.x), smem), "spec_verify");
-    const long long ctas = (long long)grid.x * grid.y * grid.z;
-    if (ctas > (long long)kPdlMaxWaves * sm_count() * (resident > 0 ? resident : 1)) return launch<ST, AT, N, false>(p, st);
+    if (!grid_within_waves(kernel, (long long)grid.x * grid.y * grid.z, int(block.x), smem, kPdlMaxWaves, "spec_verify"))
+      return launch<ST, AT, N, false>(p, st);
   }
   const unsigned hpg = unsigned(p.step.heads / p.step.groups);
   // ceil(2^32 / hpg) (0 for hpg = 1: the kernel takes grp = h then)
