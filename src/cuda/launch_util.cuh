@@ -75,8 +75,11 @@ inline int sm_count() {
 // Whether a grid of `ctas` CTAs of `kernel` (block threads, smem bytes of dynamic shared memory) fits `max_waves` waves
 // at its occupancy. Some pdl instances pay only on small grids (their griddepcontrol.wait sits on every CTA's critical
 // path): their launches ask this and launch plainly beyond (the same results; the ops' pdl flag is a hint).
+// REPLAYSSM_PDL_WAVES=never|always overrides the rule (tests: the plain launch of a pdl request; A/B: the rule off).
 template <class... KArgs>
 bool grid_within_waves(void (*kernel)(KArgs...), long long ctas, int block, size_t smem, int max_waves, const char* what) {
+  const int f = env_choice("REPLAYSSM_PDL_WAVES", {"rule", "never", "always"});
+  if (f == 1 || f == 2) return f == 2;
   int resident = 0;
   check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, block, smem), what);
   return ctas <= (long long)max_waves * sm_count() * (resident > 0 ? resident : 1);

@@ -24,6 +24,19 @@ TEST(CudaGdnPdl, ReplayReadsAfterTheProducer) {
     }
 }
 
+// A pdl request beyond the fused step's wave limit (forced with REPLAYSSM_PDL_WAVES=never) is launched plainly: behind
+// the late producer it must still read the true tokens, cursors and rings (a plain-code kernel launched with the
+// programmatic attribute would read the producer's NaN bytes).
+TEST(CudaGdnPdl, ReplayBeyondTheWaveLimitLaunchesPlainly) {
+  NEED_GPU();
+  ASSERT_TRUE(dependent_launch_overlaps()) << "a dependent launch did not overlap the producer: no teeth";
+  const ScopedEnv fused("REPLAYSSM_GDN_APPEND", "fused");
+  const ScopedEnv never("REPLAYSSM_PDL_WAVES", "never");
+  Cfg c;
+  c.geo = {2, 4, 128, 128}; c.L = 8; c.steps = 10; c.stagger = true; c.pdl = true; c.seed = 913;
+  EXPECT_GT(expect_replay(c, "pdl requested, launched plainly").flushes, 0);
+}
+
 TEST(CudaGdnReplay, AllDtypePairsBothRingDtypes) {
   NEED_GPU();
   for (DType sd : kF)

@@ -271,6 +271,28 @@ TEST(CudaMamba2Pdl, SpecVerifyAndClassicSpecReadAfterTheProducer) {
   }
 }
 
+// A pdl request on a grid beyond the verify's wave limit (forced here with REPLAYSSM_PDL_WAVES=never on a small grid)
+// is launched plainly: behind the same late producer it must still read the true inputs. Teeth: a plain-code kernel
+// launched with the programmatic attribute would start under the producer and read its NaN bytes.
+TEST(CudaMamba2Pdl, VerifyBeyondTheWaveLimitLaunchesPlainly) {
+  NEED_GPU();
+  set_device_validation(false);
+  ASSERT_TRUE(dependent_launch_overlaps()) << "a dependent launch did not overlap the producer: no teeth";
+  const ScopedEnv never("REPLAYSSM_PDL_WAVES", "never");
+  g_pdl_on = true;
+  struct Off {
+    ~Off() { g_pdl_on = false; }
+  } off;
+  const DtypePair dt{DType::f32, DType::bf16};
+  Problem pb(setup({8, 64, 128, 2}, dt, 5, 1, 803));
+  SpecOpts o;
+  o.spec.history = 12; o.spec.window = 4;
+  o.steps = 24;
+  CpuDiff d;
+  const RunLog log = run_spec(pb, o, gpu_backend(&d));
+  expect_spec_clean(log, d, tolerance(dt), "verify, pdl requested, launched plainly");
+}
+
 // Teeth: a corrupted history ring entry, or a cursor moved by one, must show in the outputs.
 TEST(CudaMamba2Spec, TeethCorruptRingOrCursorFails) {
   NEED_GPU();
