@@ -238,26 +238,34 @@ TEST(CudaMamba2Pdl, VerifyCommitChainInOneGraph) {
   std::printf("  [pdl chain, 200 replays of 2 steps] out vs cpu %.2e\n", wo);
 }
 
+// While it lives, every GPU call of the harness runs with the ops' pdl flag behind a late producer (g_pdl_on).
+struct PdlBehindProducer {
+  PdlBehindProducer() { g_pdl_on = true; }
+  ~PdlBehindProducer() { g_pdl_on = false; }
+};
+
+// The verify on a Super shard (5 rows and a padding row, fp32 state / bf16 act, T = 4) for `steps` steps against the
+// CPU backend and the float64 truth.
+void expect_verify_stream(int history, int steps, uint64_t seed, const char* what) {
+  const DtypePair dt{DType::f32, DType::bf16};
+  Problem pb(setup({8, 64, 128, 2}, dt, 5, 1, seed));
+  SpecOpts o;
+  o.spec.history = history; o.spec.window = 4;
+  o.steps = steps;
+  CpuDiff d;
+  const RunLog log = run_spec(pb, o, gpu_backend(&d));
+  expect_spec_clean(log, d, tolerance(dt), what);
+}
+
 // The pdl flag on spec_verify and classic_spec_decode: each call's window tokens, window bounds (and for verify the
 // cursors and rings) are written by a producer that lets the op start first (g_pdl_on); the same checks as without it.
 TEST(CudaMamba2Pdl, SpecVerifyAndClassicSpecReadAfterTheProducer) {
   NEED_GPU();
   set_device_validation(false);  // its index copies to the host would wait for the producer
   ASSERT_TRUE(dependent_launch_overlaps()) << "a dependent launch did not overlap the producer: no teeth";
-  g_pdl_on = true;
-  struct Off {
-    ~Off() { g_pdl_on = false; }
-  } off;
+  const PdlBehindProducer pdl;
   const DtypePair dt{DType::f32, DType::bf16};
-  {
-    Problem pb(setup({8, 64, 128, 2}, dt, 5, 1, 801));
-    SpecOpts o;
-    o.spec.history = 16; o.spec.window = 4;
-    o.steps = 40;
-    CpuDiff d;
-    const RunLog log = run_spec(pb, o, gpu_backend(&d));
-    expect_spec_clean(log, d, tolerance(dt), "verify with pdl");
-  }
+  expect_verify_stream(16, 40, 801, "verify with pdl");
   {
     Problem pb(setup({8, 80, 128, 2}, dt, 4, 1, 802, 4 * 4 + 3));
     CpuDiff d;
@@ -279,18 +287,8 @@ TEST(CudaMamba2Pdl, VerifyBeyondTheWaveLimitLaunchesPlainly) {
   set_device_validation(false);
   ASSERT_TRUE(dependent_launch_overlaps()) << "a dependent launch did not overlap the producer: no teeth";
   const ScopedEnv never("REPLAYSSM_PDL_WAVES", "never");
-  g_pdl_on = true;
-  struct Off {
-    ~Off() { g_pdl_on = false; }
-  } off;
-  const DtypePair dt{DType::f32, DType::bf16};
-  Problem pb(setup({8, 64, 128, 2}, dt, 5, 1, 803));
-  SpecOpts o;
-  o.spec.history = 12; o.spec.window = 4;
-  o.steps = 24;
-  CpuDiff d;
-  const RunLog log = run_spec(pb, o, gpu_backend(&d));
-  expect_spec_clean(log, d, tolerance(dt), "verify, pdl requested, launched plainly");
+  const PdlBehindProducer pdl;
+  expect_verify_stream(12, 24, 803, "verify, pdl requested, launched plainly");
 }
 
 // Teeth: a corrupted history ring entry, or a cursor moved by one, must show in the outputs.
