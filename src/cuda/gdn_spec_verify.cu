@@ -642,11 +642,11 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
     int warps = shape.warps, resident = 0;
     size_t smem = smem_of(warps * kRW * nt);
     allow_dynamic_smem(kernel, smem, "gdn_spec_verify");
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, 32 * warps, smem), "gdn_spec_verify");
+    resident = resident_ctas(kernel, 32 * warps, smem, "gdn_spec_verify");
     if (shape.narrows(resident)) {
       warps = shape.narrow;
       smem = smem_of(warps * kRW * nt);
-      check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, 32 * warps, smem), "gdn_spec_verify");
+      resident = resident_ctas(kernel, 32 * warps, smem, "gdn_spec_verify");
     }
     const int slices = V / (warps * kRW * nt);
     const int ipc = verify_ipc(p.step.rows, p.step.k_heads, vpk * slices, slices, resident);

@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "cuda/common.cuh"
@@ -72,6 +75,27 @@ inline int sm_count() {
   return cached[dev];
 }
 
+// CTAs of `kernel` resident on one SM with `block` threads and `smem` bytes of dynamic shared memory (the caller has
+// allowed that much), asked of the runtime once per device, kernel and shape: the launches that size or route their
+// grids by it run every decode step.
+template <class... KArgs>
+int resident_ctas(void (*kernel)(KArgs...), int block, size_t smem, const char* what) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, int, size_t>, int> cache;
+  int dev = 0;
+  check_cuda(cudaGetDevice(&dev), what);
+  const auto key = std::make_tuple(dev, reinterpret_cast<const void*>(kernel), block, smem);
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  int n = 0;
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, block, smem), what);
+  const std::lock_guard<std::mutex> lock(mu);
+  cache[key] = n;
+  return n;
+}
+
 // Whether a grid of `ctas` CTAs of `kernel` (block threads, smem bytes of dynamic shared memory) fits `max_waves` waves
 // at its occupancy. Some pdl instances pay only on small grids (their griddepcontrol.wait sits on every CTA's critical
 // path): their launches ask this and launch plainly beyond (the same results; the ops' pdl flag is a hint).
@@ -80,9 +104,7 @@ template <class... KArgs>
 bool grid_within_waves(void (*kernel)(KArgs...), long long ctas, int block, size_t smem, int max_waves, const char* what) {
   const int f = env_choice("REPLAYSSM_PDL_WAVES", {"rule", "never", "always"});
   if (f == 1 || f == 2) return f == 2;
-  int resident = 0;
-  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, block, smem), what);
-  return ctas <= (long long)max_waves * sm_count() * (resident > 0 ? resident : 1);
+  return ctas <= (long long)max_waves * sm_count() * std::max(resident_ctas(kernel, block, smem, what), 1);
 }
 
 // The P axis is cut into 16-row tiles, one warp each. A CTA takes `tiles_per_cta` consecutive tiles

@@ -489,14 +489,7 @@ void launch(const Mamba2ReplayParams& p, cudaStream_t st) {
                      rows_aligned16(p.ring.B_ring, {p.ring.Br_slot}, es);
   int prefetch = 0;
   if (const double waves = prefetch_waves(); waves != 0.0) {
-    // CTAs per SM depend only on the instance (dense, small), its CTA size (1-8 tiles) and the device: asked once
-    // each, not on every step.
-    static int per_sm_cache[64][9][2][2] = {};
-    int dev = 0;
-    check_cuda(cudaGetDevice(&dev), "mamba2_replay_decode");
-    int& per_sm = per_sm_cache[dev >= 0 && dev < 64 ? dev : 0][sp.tiles_per_cta][dense][small];
-    if (per_sm == 0)
-      check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, int(block.x), smem), "mamba2_replay_decode");
+    const int per_sm = resident_ctas(kernel, int(block.x), smem, "mamba2_replay_decode");  // asked once per shape
     const long long resident = (long long)std::max(per_sm, 1) * sm_count();
     if (waves > 0) prefetch = int(waves * double(resident) + 0.5);
     else if ((long long)grid.x * grid.y * grid.z > resident) prefetch = int(resident / 2);
