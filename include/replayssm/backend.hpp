@@ -1,10 +1,16 @@
 // What this build of the library can run on.
 #pragma once
+#include <string>
 
 namespace replayssm {
 
 bool built_with_cuda();   // the CUDA kernels were compiled in
 int cuda_device_count();  // 0 when built without CUDA or no GPU is visible
+// Empty when this build's CUDA kernels run on CUDA device `device`, else why not: no CUDA in the build, a GPU older
+// than compute capability 9.0, or a newer one for which the build has no image (configure with REPLAYSSM_CUDA_PTX=ON,
+// the default, or add its target to REPLAYSSM_CUDA_GENCODE). Asked of the driver once per device; every op on CUDA
+// tensors asks it before anything runs and throws replayssm::Error with the answer.
+std::string cuda_device_problem(int device);
 
 }  // namespace replayssm
 

@@ -43,6 +43,9 @@ REPLAYSSM_C_EXPORT const char* replayssm_version(void);      /* "0.1.0" */
 REPLAYSSM_C_EXPORT int replayssm_c_abi_version(void);       /* REPLAYSSM_C_ABI_VERSION */
 REPLAYSSM_C_EXPORT int replayssm_built_with_cuda(void);     /* 1 when the CUDA kernels are compiled in */
 REPLAYSSM_C_EXPORT int replayssm_cuda_device_count(void);
+/* "" when this build's CUDA kernels run on CUDA device `device`, else why not (backend.hpp: cuda_device_problem);
+ * the string lives until this thread's next call of it. */
+REPLAYSSM_C_EXPORT const char* replayssm_cuda_device_problem(int device);
 /* Range checks of CUDA index/cursor tensors (a device-to-host copy; off by default, see cursor.hpp). */
 REPLAYSSM_C_EXPORT void replayssm_set_device_validation(int on);
 REPLAYSSM_C_EXPORT int replayssm_device_validation(void);

@@ -17,6 +17,13 @@ def built_with_cuda():
     return bool(lib.replayssm_built_with_cuda())
 
 
+def cuda_device_problem(device=0):
+    """"" when the loaded library's CUDA kernels run on CUDA device `device`, else why not (a GPU older than
+    compute capability 9.0, or one the build has no code for: configure with REPLAYSSM_CUDA_PTX=ON). Every op on
+    CUDA tensors asks this first and raises ReplaySSMError with the answer; an engine may ask at start-up."""
+    return lib.replayssm_cuda_device_problem(int(device)).decode()
+
+
 def library_path():
     return lib.path
 
@@ -67,6 +74,6 @@ def gdn_best_spec_history(geometry, history, window, state_dtype=torch.float32, 
     return h.value
 
 
-__all__ = ["ReplaySSMError", "ops", "Mamba2ReplayCaches", "GdnReplayCaches", "HAS_CUSTOM_OP", "built_with_cuda",
+__all__ = ["ReplaySSMError", "ops", "Mamba2ReplayCaches", "GdnReplayCaches", "HAS_CUSTOM_OP", "built_with_cuda", "cuda_device_problem",
            "library_path", "set_device_validation", "device_validation", "mamba2_preset", "gdn_preset",
            "mamba2_best_spec_history", "gdn_best_spec_history"]

@@ -98,6 +98,7 @@ _SIGNATURES = {
     "replayssm_c_abi_version": ([], _I),
     "replayssm_built_with_cuda": ([], _I),
     "replayssm_cuda_device_count": ([], _I),
+    "replayssm_cuda_device_problem": ([_I], _S),
     "replayssm_set_device_validation": ([_I], None),
     "replayssm_device_validation": ([], _I),
     "replayssm_set_launch_pdl": ([_I], None),

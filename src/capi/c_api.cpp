@@ -43,6 +43,11 @@ int replayssm_cuda_device_count(void) {
   int n = 0;
   return guarded([&] { n = cuda_device_count(); }) == REPLAYSSM_OK ? n : 0;
 }
+const char* replayssm_cuda_device_problem(int device) {
+  static thread_local std::string why;
+  if (guarded([&] { why = cuda_device_problem(device); }) != REPLAYSSM_OK) why = capi::t_message;
+  return why.c_str();
+}
 void replayssm_set_device_validation(int on) { set_device_validation(on != 0); }
 int replayssm_device_validation(void) { return device_validation() ? 1 : 0; }
 void replayssm_set_launch_pdl(int on) { capi::t_launch_pdl = on != 0; }

@@ -2,6 +2,8 @@
 
 #if defined(REPLAYSSM_WITH_CUDA)
 #include <cuda_runtime.h>
+
+#include "cuda/ops.hpp"
 #endif
 
 namespace replayssm {
@@ -24,6 +26,14 @@ int cuda_device_count() {
   return n;
 #else
   return 0;
+#endif
+}
+
+std::string cuda_device_problem(int device) {
+#if defined(REPLAYSSM_WITH_CUDA)
+  return cuda::device_problem(device);
+#else
+  return "this build of replayssm has no CUDA support (the tensors are on cuda:" + std::to_string(device) + ")";
 #endif
 }
 

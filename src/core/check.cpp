@@ -1,5 +1,7 @@
 #include "core/check.hpp"
 
+#include "replayssm/backend.hpp"
+
 #include <sstream>
 
 namespace replayssm::detail {
@@ -81,6 +83,11 @@ void check_range(const char* name, int64_t v, int64_t lo, int64_t hi, const char
   if (v < lo || v >= hi)
     throw Error(name, std::string(what) + " = " + std::to_string(v) + " is outside [" +
                           std::to_string(lo) + ", " + std::to_string(hi) + ")");
+}
+
+void require_cuda_device(const std::string& arg, Device dev) {
+  if (dev.type != DeviceType::cuda) return;
+  if (std::string why = cuda_device_problem(dev.index); !why.empty()) throw Error(arg, why);
 }
 
 }  // namespace replayssm::detail

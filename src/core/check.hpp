@@ -44,6 +44,9 @@ std::string dims_string(std::initializer_list<Dim> dims);
 // Host-side integer range checks for CPU tensors (CUDA tensors are checked in the kernels).
 void check_range(const char* name, int64_t v, int64_t lo, int64_t hi_exclusive, const char* what);
 
+// For tensors on a CUDA device: throws Error(arg, ...) unless this build's kernels run there (cuda_device_problem).
+void require_cuda_device(const std::string& arg, Device dev);
+
 inline void require(bool ok, const std::string& arg, const std::string& msg) {
   if (!ok) throw Error(arg, msg);
 }

@@ -7,7 +7,12 @@
 #include "params/mamba2_params.hpp"
 #include "replayssm/tensor.hpp"
 
+#include <string>
+
 namespace replayssm::cuda {
+
+// Empty when this build's kernels run on CUDA device `device`, else what stands in the way (device_support.cu).
+std::string device_problem(int device);
 
 void mamba2_decode(const Mamba2StepParams& p, Stream stream);           // mamba2_decode.cu
 void mamba2_replay_decode(const Mamba2ReplayParams& p, Stream stream);  // mamba2_replay_decode.cu

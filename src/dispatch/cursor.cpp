@@ -91,7 +91,7 @@ constexpr CudaCursorOp kCudaAdvance = nullptr, kCudaCommit = nullptr, kCudaReset
 // Runs the CUDA op when the cursors live on a GPU (true), or leaves them to the CPU path (false).
 bool ran_on_cuda(const TensorView& cursor, CudaCursorOp op, const CursorParams& p, Stream stream) {
   if (cursor.device.type != DeviceType::cuda) return false;
-  if (!op) throw Error("cursor", "is on a CUDA device but this build has no CUDA support");
+  detail::require_cuda_device("cursor", cursor.device);
   op(p, stream);
   return true;
 }

@@ -27,13 +27,14 @@ namespace {
 using detail::Arg;
 using namespace detail::gdn_args;
 
-// True when the op runs on CUDA; throws if this build has no CUDA kernels.
+// True when the op runs on CUDA; throws if this build has no CUDA kernels or none for the tensors' GPU.
 bool on_cuda(const Checked& c, const char* op) {
   (void)op;
   if (c.dev.type != DeviceType::cuda) return false;
 #if !defined(REPLAYSSM_WITH_CUDA)
   throw Error("device", std::string("gdn::") + op + ": this build has no CUDA kernels; tensors are on " + to_string(c.dev));
 #endif
+  detail::require_cuda_device("device", c.dev);  // a GPU this build has no image for: said here, before any launch
   return true;
 }
 

@@ -108,6 +108,7 @@ Mamba2ReplayParams fold_params(const Mamba2Geometry& geo, const Weights& w, cons
 // The fold on the tensors' device (materialize: dst in place; export_state: dst given).
 void run_fold(const Mamba2ReplayParams& p, const FoldDstParams& dst, Device dev, Stream stream) {
   if (dev.type == DeviceType::cuda) {
+    detail::require_cuda_device("device", dev);
 #if defined(REPLAYSSM_WITH_CUDA)
     cuda::mamba2_materialize(p, dst, stream);
 #endif
@@ -143,6 +144,7 @@ void decode(const DecodeArgs& a, Stream stream) {
   fill_step(p, a.geo, a.in, a.w, a.out, info.act, info.tokens, info.tokens, a.slot_idx, a.state);
   p.pdl = a.pdl;
   if (info.dev.type == DeviceType::cuda) {
+    detail::require_cuda_device("device", info.dev);
 #if defined(REPLAYSSM_WITH_CUDA)
     cuda::mamba2_decode(p, stream);
 #endif
@@ -168,6 +170,7 @@ void replay_decode(const ReplayDecodeArgs& a, Stream stream) {
   p.output_only = a.route == Route::output_only;
   p.step.pdl = a.pdl;
   if (info.dev.type == DeviceType::cuda) {
+    detail::require_cuda_device("device", info.dev);
 #if defined(REPLAYSSM_WITH_CUDA)
     cuda::mamba2_replay_decode(p, stream);
 #endif
@@ -257,6 +260,7 @@ void spec_verify(const VerifyArgs& a, Stream stream) {
   p.window = a.spec.window;
   p.step.pdl = a.pdl;
   if (info.dev.type == DeviceType::cuda) {
+    detail::require_cuda_device("device", info.dev);
 #if defined(REPLAYSSM_WITH_CUDA)
     cuda::mamba2_spec_verify(p, stream);
 #endif
@@ -325,6 +329,7 @@ void classic_spec_decode(const ClassicSpecArgs& a, Stream stream) {
   p.window = a.window;
   p.step.pdl = a.pdl;
   if (info.dev.type == DeviceType::cuda) {
+    detail::require_cuda_device("device", info.dev);
 #if defined(REPLAYSSM_WITH_CUDA)
     cuda::mamba2_classic_spec(p, stream);
 #endif

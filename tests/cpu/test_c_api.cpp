@@ -62,6 +62,8 @@ TEST(CApi, LibraryInfo) {
   EXPECT_STREQ(replayssm_version(), "0.1.0");
   EXPECT_EQ(replayssm_c_abi_version(), REPLAYSSM_C_ABI_VERSION);
   EXPECT_EQ(replayssm_built_with_cuda(), replayssm::built_with_cuda() ? 1 : 0);
+  EXPECT_EQ(std::string(replayssm_cuda_device_problem(0)), replayssm::cuda_device_problem(0));
+  if (replayssm_cuda_device_count() == 0) EXPECT_STRNE(replayssm_cuda_device_problem(0), "");
   int32_t g[4] = {};
   ASSERT_EQ(replayssm_mamba2_preset("nemotron3-super-120b", g), REPLAYSSM_OK);
   EXPECT_EQ(std::vector<int32_t>(g, g + 4), (std::vector<int32_t>{128, 64, 128, 8}));

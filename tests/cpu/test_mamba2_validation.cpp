@@ -4,6 +4,7 @@
 
 #include <functional>
 
+#include "replayssm/backend.hpp"
 #include "replayssm/cursor.hpp"
 #include "replayssm/error.hpp"
 #include "support/mamba2_harness.hpp"
@@ -213,6 +214,26 @@ TEST(Mamba2Validation, ClassicSpecRejectsEachBadArgument) {
     mut(f, a);
     expect_rejected(what, arg, f, [&] { mamba2::classic_spec_decode(a); });
   }
+}
+
+// Tensors on a GPU this build cannot run (here: none is visible, or the build has no CUDA): the op says so, naming the
+// device, before any launch, and writes nothing; the cursor ops likewise. (Without the check, a CUDA build would fail
+// inside the launch with the op's name and the driver's bare "no CUDA-capable device".)
+TEST(Mamba2Validation, AGpuTheBuildCannotRunIsNamedBeforeAnyLaunch) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible (the GPU suite covers CudaDevice.*)";
+  const std::string why = cuda_device_problem(0);
+  EXPECT_NE(why.find(built_with_cuda() ? "CUDA device 0" : "no CUDA support"), std::string::npos) << why;
+  Fixture f;
+  f.pb.make_replay_cache(8);
+  f.pb.new_tokens(f.s.rows);
+  mamba2::ReplayDecodeArgs a{f.s.geo, f.pb.inputs(), f.pb.weights(), f.pb.replay_cache(), f.pb.slot_idx.view(), f.pb.out.view()};
+  for (TensorView* t : {&a.in.x, &a.in.dt, &a.in.B, &a.in.C, &a.in.z, &a.w.A, &a.w.dt_bias, &a.w.D, &a.cache.checkpoint,
+                        &a.cache.x_ring, &a.cache.dt_ring, &a.cache.B_ring, &a.cache.cursor, &a.slot_idx, &a.out})
+    if (t->defined()) t->device = Device::cuda(0);
+  // a build without CUDA names the first tensor it checks (in.x); one with CUDA names the device and says why
+  expect_rejected("every tensor on cuda:0", built_with_cuda() ? "device" : "in.x", f, [&] { mamba2::replay_decode(a); });
+  expect_rejected("advance_cursors on cuda:0", "cursor", f,
+                  [&] { advance_cursors(a.cache.cursor, a.slot_idx, 8); });
 }
 
 // The valid baselines of the rule tables above run without error (so each rule is what fails).

@@ -113,3 +113,12 @@ def test_load_prefill_and_reset(device):
         c.load_prefill(4, states)
     with pytest.raises(ReplaySSMError, match="^state:"):
         c.load_prefill(1, [s[:, :4] for s in states])
+
+
+def test_cuda_device_problem_says_whether_the_gpu_runs_the_build():
+    from conftest import HAS_CUDA
+    if HAS_CUDA:
+        assert replayssm.cuda_device_problem(0) == ""
+    else:
+        assert replayssm.cuda_device_problem(0) != ""  # no CUDA in the build, or no GPU: says which
+    assert "cannot be queried" in replayssm.cuda_device_problem(99) or not replayssm.built_with_cuda()
