@@ -74,6 +74,6 @@ def gdn_best_spec_history(geometry, history, window, state_dtype=torch.float32, 
     return h.value
 
 
-__all__ = ["ReplaySSMError", "ops", "Mamba2ReplayCaches", "GdnReplayCaches", "HAS_CUSTOM_OP", "built_with_cuda", "cuda_device_problem",
-           "library_path", "set_device_validation", "device_validation", "mamba2_preset", "gdn_preset",
-           "mamba2_best_spec_history", "gdn_best_spec_history"]
+__all__ = ["ReplaySSMError", "ops", "Mamba2ReplayCaches", "GdnReplayCaches", "HAS_CUSTOM_OP", "built_with_cuda",
+           "cuda_device_problem", "library_path", "set_device_validation", "device_validation", "mamba2_preset",
+           "gdn_preset", "mamba2_best_spec_history", "gdn_best_spec_history"]

@@ -33,7 +33,7 @@ std::string cuda_device_problem(int device) {
 #if defined(REPLAYSSM_WITH_CUDA)
   return cuda::device_problem(device);
 #else
-  return "this build of replayssm has no CUDA support (the tensors are on cuda:" + std::to_string(device) + ")";
+  return "this build of replayssm has no CUDA support, so nothing runs on cuda:" + std::to_string(device);
 #endif
 }
 

@@ -9,8 +9,8 @@
 
 #include "device_tensor.hpp"
 #include "replayssm/backend.hpp"
-#include "replayssm/error.hpp"
 #include "replayssm/cursor.hpp"
+#include "replayssm/error.hpp"
 #include "support/mamba2_harness.hpp"
 
 using namespace replayssm;
