@@ -103,6 +103,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
   using VT = Vec16<ST>;
   constexpr int VEC = VT::kN, CW = 4 * VEC, NCH = K / CW, KP = K + 16;
   constexpr int BPS = spec::Parts<ST>::kN;
+  // state and window of one 16-bit type: the readout's MMAs take the stored pairs (m16n8k16; see the readout)
+  constexpr bool kPairMma = std::is_same_v<ST, AT> && sizeof(ST) == 2;
   constexpr int RWW = kRW * NT, LPR = 4 / NT;  // state rows per warp and item; substitution lanes per row
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;
@@ -438,13 +440,29 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
         for (int x = 0; x < 4; ++x) d[nt][0][x] = d[nt][1][x] = 0.f;
 #pragma unroll
       for (int m = 0; m < NCH; ++m) {
-        uint32_t ah[VEC / 2][4], al[VEC / 2][4];
-        tile_a<AT, VEC>(ah, al, wq + m * CW, wk + m * CW, live);
+        if constexpr (kPairMma) {
+          // State and window in one 16-bit type: the stored pairs are the operands, one m16n8k16 per 4 of the lane's
+          // 8 columns (k = 2t, 2t + 1, 2t + 8, 2t + 9 <-> columns 4j .. 4j + 3; the D fragment as m16n8k8's), instead
+          // of 4 m16n8k8 TF32 over converted values. Products of 16-bit values are exact in fp32 either way.
+          const uint4 z{0u, 0u, 0u, 0u};
+          const uint4 q4 = live ? *reinterpret_cast<const uint4*>(wq + m * CW) : z;
+          const uint4 k4 = live ? *reinterpret_cast<const uint4*>(wk + m * CW) : z;
+          const uint32_t a0[4] = {q4.x, k4.x, q4.y, k4.y}, a1[4] = {q4.z, k4.z, q4.w, k4.w};
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          float bvv[VEC];
-          VT::unpack(*reinterpret_cast<const uint4*>(s_st + kRW * nt * K + m * CW), bvv);
-          tile_b<AT, VEC, BPS>(d[nt][m & 1], bvv, ah, al);
+          for (int nt = 0; nt < NT; ++nt) {
+            const uint4 s4 = *reinterpret_cast<const uint4*>(s_st + kRW * nt * K + m * CW);
+            spec::mma_16816<AT>(d[nt][m & 1], a0, s4.x, s4.y);
+            spec::mma_16816<AT>(d[nt][m & 1], a1, s4.z, s4.w);
+          }
+        } else {
+          uint32_t ah[VEC / 2][4], al[VEC / 2][4];
+          tile_a<AT, VEC>(ah, al, wq + m * CW, wk + m * CW, live);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            float bvv[VEC];
+            VT::unpack(*reinterpret_cast<const uint4*>(s_st + kRW * nt * K + m * CW), bvv);
+            tile_b<AT, VEC, BPS>(d[nt][m & 1], bvv, ah, al);
+          }
         }
       }
 #pragma unroll
