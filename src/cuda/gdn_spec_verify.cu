@@ -25,6 +25,9 @@
 // Issue per warp (8 rows, fp32 state, bf16 act, K = 128): 8 chunks x (2 LDS.64 + 8 cvt + 8 split
 // + 4 mma) ~ 180 issue slots for 8 rows, vs ~600 per warp-row-pass on CUDA cores; the tensor work (16 x 8 x K
 // MAC x 2-3 passes per 4 KB of checkpoint) is a few % of the SM's TF32 rate at the byte bound.
+// bf16 state with bf16 activations (fortieth session): the stored pairs are the operands of m16n8k16 instead (k = 2t,
+// 2t + 1, 2t + 8, 2t + 9 <-> the lane's columns 4j .. 4j + 3 of its chunk), half the MMAs and no conversions. The 16-bit
+// verify is bound by instructions per row, not by bytes, so this cut 18-21 % at b64 and 36-39 % at b512 (H200).
 // Structure (tenth session, 2026-12-03): one CTA per (row, k-head, `ipc` items), an item being one v-head
 // slice of rpc = 8 nw state rows (as the append kernel, gdn_replay_append.cu). Why: ncu on the one-item-per-CTA
 // kernel counted ~2000 warp instructions per 4 KB of checkpoint, ~26 % of them setup, staging and the g scan
@@ -103,8 +106,9 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
   using VT = Vec16<ST>;
   constexpr int VEC = VT::kN, CW = 4 * VEC, NCH = K / CW, KP = K + 16;
   constexpr int BPS = spec::Parts<ST>::kN;
-  // state and window of one 16-bit type: the readout's MMAs take the stored pairs (m16n8k16; see the readout)
-  constexpr bool kPairMma = std::is_same_v<ST, AT> && sizeof(ST) == 2;
+  // bf16 state and window: the readout's MMAs take the stored pairs (m16n8k16; see the readout). fp16 / fp16 would take
+  // the same path, but no GPU test runs that pair yet, so it keeps the TF32 one.
+  constexpr bool kPairMma = std::is_same_v<ST, __nv_bfloat16> && std::is_same_v<AT, __nv_bfloat16>;
   constexpr int RWW = kRW * NT, LPR = 4 / NT;  // state rows per warp and item; substitution lanes per row
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;
@@ -441,9 +445,10 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
 #pragma unroll
       for (int m = 0; m < NCH; ++m) {
         if constexpr (kPairMma) {
-          // State and window in one 16-bit type: the stored pairs are the operands, one m16n8k16 per 4 of the lane's
-          // 8 columns (k = 2t, 2t + 1, 2t + 8, 2t + 9 <-> columns 4j .. 4j + 3; the D fragment as m16n8k8's), instead
-          // of 4 m16n8k8 TF32 over converted values. Products of 16-bit values are exact in fp32 either way.
+          // bf16 state and window: the stored pairs are the operands, one m16n8k16 per 4 of the lane's 8 columns
+          // (k = 2t, 2t + 1, 2t + 8, 2t + 9 <-> columns 4j .. 4j + 3; the D fragment as m16n8k8's), instead of 4
+          // m16n8k8 TF32 over converted values. Products of bf16 values are exact in fp32 either way. H200, fortieth
+          // session: bf16-state verify + commit T = 4 -18 to -21 % at b64, -36 to -39 % at b512 (Qwen3.5-4B, 122B).
           const uint4 z{0u, 0u, 0u, 0u};
           const uint4 q4 = live ? *reinterpret_cast<const uint4*>(wq + m * CW) : z;
           const uint4 k4 = live ? *reinterpret_cast<const uint4*>(wk + m * CW) : z;
