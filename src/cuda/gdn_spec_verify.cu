@@ -106,8 +106,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
   using VT = Vec16<ST>;
   constexpr int VEC = VT::kN, CW = 4 * VEC, NCH = K / CW, KP = K + 16;
   constexpr int BPS = spec::Parts<ST>::kN;
-  // bf16 state and window: the readout's MMAs take the stored pairs (m16n8k16; see the readout). fp16 / fp16 would take
-  // the same path, but no GPU test runs that pair yet, so it keeps the TF32 one.
+  // bf16 state and window: the readout on m16n8k16 over the stored pairs (header comment). fp16 / fp16 would take the
+  // same path, but no GPU test runs that pair yet, so it keeps the TF32 one.
   constexpr bool kPairMma = std::is_same_v<ST, __nv_bfloat16> && std::is_same_v<AT, __nv_bfloat16>;
   constexpr int RWW = kRW * NT, LPR = 4 / NT;  // state rows per warp and item; substitution lanes per row
   const GdnStepParams& p = P.step;
@@ -445,10 +445,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
 #pragma unroll
       for (int m = 0; m < NCH; ++m) {
         if constexpr (kPairMma) {
-          // bf16 state and window: the stored pairs are the operands, one m16n8k16 per 4 of the lane's 8 columns
-          // (k = 2t, 2t + 1, 2t + 8, 2t + 9 <-> columns 4j .. 4j + 3; the D fragment as m16n8k8's), instead of 4
-          // m16n8k8 TF32 over converted values. Products of bf16 values are exact in fp32 either way. H200, fortieth
-          // session: bf16-state verify + commit T = 4 -18 to -21 % at b64, -36 to -39 % at b512 (Qwen3.5-4B, 122B).
+          // one m16n8k16 per 4 of the lane's 8 columns: A = {q_g, k_g, q_g, k_g} pairs at columns 4j, 4j, 4j + 2,
+          // 4j + 2; B = the state pairs at 4j, 4j + 2 (the D fragment as m16n8k8's; header comment)
           const uint4 z{0u, 0u, 0u, 0u};
           const uint4 q4 = live ? *reinterpret_cast<const uint4*>(wq + m * CW) : z;
           const uint4 k4 = live ? *reinterpret_cast<const uint4*>(wk + m * CW) : z;
