@@ -27,14 +27,11 @@ namespace {
 using detail::Arg;
 using namespace detail::gdn_args;
 
-// True when the op runs on CUDA; throws if this build has no CUDA kernels or none for the tensors' GPU.
-bool on_cuda(const Checked& c, const char* op) {
-  (void)op;
+// True when the op runs on CUDA; throws, before any launch, if this build has no CUDA kernels or none for the
+// tensors' GPU (cuda_device_problem says which).
+bool on_cuda(const Checked& c) {
   if (c.dev.type != DeviceType::cuda) return false;
-#if !defined(REPLAYSSM_WITH_CUDA)
-  throw Error("device", std::string("gdn::") + op + ": this build has no CUDA kernels; tensors are on " + to_string(c.dev));
-#endif
-  detail::require_cuda_device("device", c.dev);  // a GPU this build has no image for: said here, before any launch
+  detail::require_cuda_device("device", c.dev);
   return true;
 }
 
@@ -48,7 +45,7 @@ void decode(const DecodeArgs& a, Stream stream) {
   if (c.rows == 0) return;
   GdnStepParams p = make_step(a.geo, a.in, a.w, a.state, a.slot_idx, a.out, c);
   p.pdl = a.pdl;
-  if (on_cuda(c, "decode")) {
+  if (on_cuda(c)) {
 #if defined(REPLAYSSM_WITH_CUDA)
     if (p.gate_per_channel) cuda::gdn_pc_decode(p, stream); else cuda::gdn_decode(p, stream);
 #endif
@@ -72,7 +69,7 @@ void replay_decode(const ReplayDecodeArgs& a, Stream stream) {
   p.step = make_step(a.geo, a.in, a.w, a.cache.checkpoint, a.slot_idx, a.out, c);
   p.ring = make_ring(a.cache.d_ring, a.cache.k_ring, a.cache.g_ring, a.cache.cursor, L);
   p.step.pdl = a.pdl;
-  if (on_cuda(c, "replay_decode")) {
+  if (on_cuda(c)) {
 #if defined(REPLAYSSM_WITH_CUDA)
     if (p.step.gate_per_channel) cuda::gdn_pc_replay_decode(p, stream); else cuda::gdn_replay_decode(p, stream);
 #endif
@@ -134,9 +131,9 @@ Fold check_fold(const GdnGeometry& geo, const ReplayCache& cc, const TensorView&
   return f;
 }
 
-void run_fold(const Fold& f, const FoldDstParams& dst, Stream stream, const char* op) {
+void run_fold(const Fold& f, const FoldDstParams& dst, Stream stream) {
   if (f.c.rows == 0) return;
-  if (on_cuda(f.c, op)) {
+  if (on_cuda(f.c)) {
 #if defined(REPLAYSSM_WITH_CUDA)
     if (f.p.step.gate_per_channel) cuda::gdn_pc_materialize(f.p, dst, stream); else cuda::gdn_materialize(f.p, dst, stream);
 #endif
@@ -149,7 +146,7 @@ void run_fold(const Fold& f, const FoldDstParams& dst, Stream stream, const char
 
 void materialize(const MaterializeArgs& a, Stream stream) {
   const Fold f = check_fold(a.geo, a.cache, a.slot_idx, false, "cache", stream);
-  run_fold(f, FoldDstParams{}, stream, "materialize");
+  run_fold(f, FoldDstParams{}, stream);
 }
 
 void export_state(const ExportStateArgs& a, Stream stream) {
@@ -165,7 +162,7 @@ void export_state(const ExportStateArgs& a, Stream stream) {
   check_state("dst", a.dst, a.geo, f.c, -1);
   FoldDstParams dst = detail::check_export_dst(a.dst, a.dst_idx, cc.checkpoint, f.ids, f.c.rows, f.c.dev, stream);
   dst.circular = spec;
-  run_fold(f, dst, stream, "export_state");
+  run_fold(f, dst, stream);
 }
 
 void spec_verify(const VerifyArgs& a, Stream stream) {
@@ -197,7 +194,7 @@ void spec_verify(const VerifyArgs& a, Stream stream) {
   p.history = a.spec.history;
   p.window = a.spec.window;
   p.step.pdl = a.pdl;
-  if (on_cuda(c, "spec_verify")) {
+  if (on_cuda(c)) {
 #if defined(REPLAYSSM_WITH_CUDA)
     if (p.step.gate_per_channel) cuda::gdn_pc_spec_verify(p, stream); else cuda::gdn_spec_verify(p, stream);
 #endif
@@ -260,7 +257,7 @@ void classic_spec_decode(const ClassicSpecArgs& a, Stream stream) {
   p.na_stride = a.num_accepted.stride[0];
   p.query_start_loc = static_cast<const int32_t*>(a.query_start_loc.data);
   p.window = a.window;
-  if (on_cuda(c, "classic_spec_decode")) {
+  if (on_cuda(c)) {
 #if defined(REPLAYSSM_WITH_CUDA)
     if (p.step.gate_per_channel) cuda::gdn_pc_classic_spec(p, stream); else cuda::gdn_classic_spec(p, stream);
 #endif
