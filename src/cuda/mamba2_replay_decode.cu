@@ -30,7 +30,6 @@
 #include "cuda/common.cuh"
 #include "cuda/launch_util.cuh"
 #include "cuda/ops.hpp"
-#include "cuda/pair_mma.cuh"
 
 namespace replayssm::cuda {
 namespace {
@@ -113,13 +112,8 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
   constexpr int BS = SM::kBS;
   constexpr int NT = N / 8;  // MMA n-tiles
   constexpr int KPAD = 16 * KT;
-  // State and activations of one 16-bit type: the append's S0 C on m16n8k16 on the loaded state words (step 5). Not in
-  // the 64-register XC instance, where it doubled the spills (ptxas: 68 -> 152 bytes stored a thread).
-  constexpr bool kPairY = sizeof(ST) == 2 && std::is_same_v<ST, AT> && XC == 0;
 
   __shared__ float s_scale[32], s_coef[32], s_C[N], s_B[N];
-  __shared__ __align__(16) unsigned char s_Craw[kPairY ? N * sizeof(AT) : 16];  // the step's C, c_quad_order (kPairY)
-  AT* s_Ch = reinterpret_cast<AT*>(s_Craw);
   __shared__ float s_decay;
   extern __shared__ __align__(16) unsigned char s_dyn[];
 
@@ -239,7 +233,6 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
     if (int(threadIdx.x) < N) {
       s_C[threadIdx.x] = Traits<AT>::to_f(craw[0]);
       s_B[threadIdx.x] = Traits<AT>::to_f(braw[0]);
-      if constexpr (kPairY) s_Ch[c_quad_order(threadIdx.x)] = craw[0];
     }
 #pragma unroll
     for (int i = 1; i < kBC; ++i) {
@@ -247,15 +240,12 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
       if (n < N) {
         s_C[n] = Traits<AT>::to_f(craw[i]);
         s_B[n] = Traits<AT>::to_f(braw[i]);
-        if constexpr (kPairY) s_Ch[c_quad_order(n)] = craw[i];
       }
     }
   } else {
     for (int n = threadIdx.x; n < N; n += nthreads) {
-      const AT c = Cin[n];
-      s_C[n] = Traits<AT>::to_f(c);
+      s_C[n] = Traits<AT>::to_f(Cin[n]);
       s_B[n] = Traits<AT>::to_f(Bin[n]);
-      if constexpr (kPairY) s_Ch[c_quad_order(n)] = c;
     }
   }
   float xv[2], zv[2];
@@ -359,23 +349,8 @@ replay_decode_kernel(const Mamba2ReplayParams rp, const int tiles_per_cta, const
   const float decay = s_decay;
   float yp[2] = {0.f, 0.f};
   if (active) {
-    float pacc[2][4] = {};  // kPairY append: S0 C per row (below)
 #pragma unroll
     for (int m = 0; m < NG; ++m) {
-      if constexpr (kPairY) {
-        // S0 C on m16n8k16 with each loaded state word as an A operand as it is (pair_mma.cuh), one chain per row; the
-        // quad reduction below sums the lanes' parts. Instead of 16 unpacks and 16 FMAs a group. (The same MMAs in a
-        // loop of their own before this one spilled 12-60 bytes a thread at the 80-register bound.)
-        if (!gemm) {
-          const uint2 b = c_quad_pair(s_Ch, m, g, t);
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            mma_word_dot<AT>(pacc[r], raw[r][m], b);
-            if (m == NG - 1) yp[r] = row_dot_part(pacc[r], t);
-          }
-          continue;
-        }
-      }
       const int n0 = m * 4 * VEC + t * VEC;
       float s[2][VEC];
       V::unpack(raw[0][m], s[0]);

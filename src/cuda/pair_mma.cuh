@@ -48,29 +48,4 @@ __device__ __forceinline__ void mma_rows_dot_pairs(float (&acc)[2][4], const uin
   }
 }
 
-// One dot product per state row (the plain step's S C) without moving a loaded word: the A operand of an m16n8k16 is
-// one 16-byte word of ONE state row as loaded (columns 8t + 0..7 of group m: x, y, z, w), so rows g and g + 8 of the
-// MMA hold that row's columns {0, 1, 4, 5} (x, z) and {2, 3, 6, 7} (y, w). B's columns n < 4 carry C at {0, 1, 4, 5}
-// and n >= 4 at {2, 3, 6, 7}: then D[g][0] + D[g + 8][4], accumulated over the groups, is the row's dot product over the
-// warp's columns. The C row is stored in c_quad_order (positions 0..3 = columns 0, 1, 4, 5 and 4..7 = 2, 3, 6, 7 of
-// every 8), so that a lane's B pair is one 8-byte load (c_quad_pair). row_dot_part is a lane's share of the row sum
-// (t = 0: D[g][0], t = 2: D[g + 8][4]); a quad sum (warp_sum4) gives the dot product.
-__host__ __device__ constexpr int c_quad_order(int n) {
-  const int j = n & 7;
-  return (n & ~7) | (j & 1) | ((j >> 2) << 1) | (((j >> 1) & 1) << 2);
-}
-template <class T>
-__device__ __forceinline__ uint2 c_quad_pair(const T* c_quad, int m, int g, int t) {
-  static_assert(sizeof(T) == 2, "16-bit C");
-  return *reinterpret_cast<const uint2*>(c_quad + m * 32 + t * 8 + (g < 4 ? 0 : 4));
-}
-template <class T>
-__device__ __forceinline__ void mma_word_dot(float (&acc)[4], const uint4& word, uint2 b) {
-  const uint32_t a[4] = {word.x, word.y, word.z, word.w};
-  mma_16816<T>(acc, a, b.x, b.y);
-}
-__device__ __forceinline__ float row_dot_part(const float (&acc)[4], int t) {
-  return t == 0 ? acc[0] : (t == 2 ? acc[2] : 0.f);
-}
-
 }  // namespace replayssm::cuda
