@@ -25,9 +25,10 @@
 // Issue per warp (8 rows, fp32 state, bf16 act, K = 128): 8 chunks x (2 LDS.64 + 8 cvt + 8 split
 // + 4 mma) ~ 180 issue slots for 8 rows, vs ~600 per warp-row-pass on CUDA cores; the tensor work (16 x 8 x K
 // MAC x 2-3 passes per 4 KB of checkpoint) is a few % of the SM's TF32 rate at the byte bound.
-// bf16 state with bf16 activations (fortieth session): the stored pairs are the operands of m16n8k16 instead (k = 2t,
-// 2t + 1, 2t + 8, 2t + 9 <-> the lane's columns 4j .. 4j + 3 of its chunk), half the MMAs and no conversions. The 16-bit
-// verify is bound by instructions per row, not by bytes, so this cut 18-21 % at b64 and 36-39 % at b512 (H200).
+// 16-bit state with activations of its type (bf16 / bf16 since the fortieth session, fp16 / fp16 since the
+// forty-first): the stored pairs are the operands of m16n8k16 instead (k = 2t, 2t + 1, 2t + 8, 2t + 9 <-> the lane's
+// columns 4j .. 4j + 3 of its chunk), half the MMAs and no conversions. The 16-bit verify is bound by instructions per
+// row, not by bytes, so this cut 18-21 % at b64 and 36-39 % at b512 (bf16, H200).
 // Structure (tenth session, 2026-12-03): one CTA per (row, k-head, `ipc` items), an item being one v-head
 // slice of rpc = 8 nw state rows (as the append kernel, gdn_replay_append.cu). Why: ncu on the one-item-per-CTA
 // kernel counted ~2000 warp instructions per 4 KB of checkpoint, ~26 % of them setup, staging and the g scan
@@ -106,9 +107,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
   using VT = Vec16<ST>;
   constexpr int VEC = VT::kN, CW = 4 * VEC, NCH = K / CW, KP = K + 16;
   constexpr int BPS = spec::Parts<ST>::kN;
-  // bf16 state and window: the readout on m16n8k16 over the stored pairs (header comment). fp16 / fp16 would take the
-  // same path, but no GPU test runs that pair yet, so it keeps the TF32 one.
-  constexpr bool kPairMma = std::is_same_v<ST, __nv_bfloat16> && std::is_same_v<AT, __nv_bfloat16>;
+  // State and window of one 16-bit type: the readout on m16n8k16 over the stored pairs (header comment).
+  constexpr bool kPairMma = sizeof(ST) == 2 && std::is_same_v<ST, AT>;
   constexpr int RWW = kRW * NT, LPR = 4 / NT;  // state rows per warp and item; substitution lanes per row
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;
@@ -454,8 +454,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
             const uint4 s4 = *reinterpret_cast<const uint4*>(s_st + kRW * nt * K + m * CW);
-            spec::mma_16816<AT>(d[nt][m & 1], a0, s4.x, s4.y);
-            spec::mma_16816<AT>(d[nt][m & 1], a1, s4.z, s4.w);
+            mma_16816<AT>(d[nt][m & 1], a0, s4.x, s4.y);
+            mma_16816<AT>(d[nt][m & 1], a1, s4.z, s4.w);
           }
         } else {
           uint32_t ah[VEC / 2][4], al[VEC / 2][4];

@@ -26,9 +26,12 @@
 //     see common.cuh TileMap); stored once (if w > 0) with 16-byte stores; the outputs use the fp32 S1;
 //  d. readout (S C_s) for all window positions s at once: one m16n8k8 per 8 state columns with the
 //     state as A (split hi + lo TF32, ~fp32 accuracy) and C as B (exact for bf16/fp16): the
-//     accumulator holds y[p][s] for the lane's rows and s = 2t, 2t+1, no cross-lane reduction;
+//     accumulator holds y[p][s] for the lane's rows and s = 2t, 2t+1, no cross-lane reduction. Where state and
+//     window are one 16-bit type, non-fold rows take m16n8k16 on the loaded state pairs instead (no conversions);
 //  e. y_s = exp(A c_e) (S C_s) + sum_k f[k][s] x_k (m16n8k8: A = X^T, B = f) + D x_s, gate, store.
 //     No state write (non-flush).
+#include <type_traits>
+
 #include "cuda/common.cuh"
 #include "cuda/launch_util.cuh"
 #include "cuda/ops.hpp"
@@ -40,7 +43,6 @@ namespace {
 using spec::decay_exp;
 using spec::ld_b32;
 using spec::ld_pair;
-using spec::mma_16816;
 using spec::mma_passes;
 using spec::Parts;
 using spec::SuffixScan64;
@@ -320,16 +322,22 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
   if (!active) return;
 
   // ---- the base state in fp32 registers (S0, or S1 after the fold) ----
+  // State and window of one 16-bit type: the non-fold readout takes the loaded pairs as they are (below), so the
+  // state is unpacked to fp32 only for a fold.
+  constexpr bool kPairReadout = sizeof(ST) == 2 && std::is_same_v<ST, AT>;
   float sv[2][NG * VEC];
+  auto unpack_state = [&] {
 #pragma unroll
-  for (int r = 0; r < 2; ++r)
+    for (int r = 0; r < 2; ++r)
 #pragma unroll
-    for (int m = 0; m < NG; ++m) {
-      float tmp[VEC];
-      V::unpack(raw[r][m], tmp);
+      for (int m = 0; m < NG; ++m) {
+        float tmp[VEC];
+        V::unpack(raw[r][m], tmp);
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) sv[r][m * VEC + i] = tmp[i];
-    }
+        for (int i = 0; i < VEC; ++i) sv[r][m * VEC + i] = tmp[i];
+      }
+  };
+  if constexpr (!kPairReadout) unpack_state();
   const int pl[2] = {warp * 16 + g, warp * 16 + g + 8};  // the lane's rows within the CTA's x columns
 
   // ---- d. readout: acc = S C_s for rows (g, g+8) and s = 2t, 2t+1 (run after c on flush rows, alone on the others) ----
@@ -355,6 +363,7 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
 
   // ---- c. flush rows: fold the history into the state, store S1 ----
   if (flush && w > 0) {
+    if constexpr (kPairReadout) unpack_state();
     // scale_k = delta_k exp(A sum_{k < j < w} delta_j) = delta_k exp(A q_k); the state decays by exp(A H).
     const SuffixScan64 hs(lane < w ? s_del[lane] : 0.f, lane + 32 < w ? s_del[lane + 32] : 0.f, lane);
     const float fd = decay_exp(A * hs.total);
@@ -406,14 +415,16 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
         V::store(S + int64_t(pr[r]) * N + m * 4 * VEC + t * VEC, tmp);
       }
     }
-    if constexpr (sizeof(ST) == 4) readout(std::integral_constant<int, 2>{});
+    if constexpr (sizeof(ST) == 4 || kPairReadout) readout(std::integral_constant<int, 2>{});  // fp32 S1
   } else if constexpr (sizeof(ST) == 4) {
     // fp32 state: a readout in each branch keeps the compiler from moving the 64 state registers into the fold's
-    // assignment before the branch (ncu, thirty-sixth session: ~48 MOVs a warp, on every row). The 16-bit states
-    // keep one readout after the branch (in each branch they spill).
+    // assignment before the branch (ncu, thirty-sixth session: ~48 MOVs a warp, on every row). The mixed 16-bit
+    // pairs keep one readout after the branch (in each branch they spill).
     readout(std::integral_constant<int, 2>{});
+  } else if constexpr (kPairReadout) {
+    mma_rows_dot_pairs<AT, NG>(acc, raw, Cg, t);  // 16-bit S0 with C of its type: on the loaded words (pair_mma.cuh)
   }
-  if constexpr (sizeof(ST) != 4) {
+  if constexpr (sizeof(ST) != 4 && !kPairReadout) {
     if (Parts<ST>::kN == 1 && !flush) readout(std::integral_constant<int, 1>{});  // 16-bit S0: exact in TF32
     else readout(std::integral_constant<int, 2>{});
   }

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "cuda/common.cuh"
+#include "cuda/pair_mma.cuh"
 
 namespace replayssm::cuda::spec {
 
@@ -57,23 +58,6 @@ __device__ __forceinline__ void mma_passes(float (&d)[4], const uint32_t (&ah)[4
   if constexpr (AP == 2) mma_tf32_1688(d, al[0], al[1], al[2], al[3], bh0, bh1);
   if constexpr (BP == 2) mma_tf32_1688(d, ah[0], ah[1], ah[2], ah[3], bl0, bl1);
   mma_tf32_1688(d, ah[0], ah[1], ah[2], ah[3], bh0, bh1);
-}
-
-// D += A * B, m16n8k16, fp16 operands, fp32 accumulators (common.cuh has the bf16 one). Layout:
-//   A (16 x 16): reg0 (g, 2t..2t+1)  reg1 (g+8, 2t..2t+1)  reg2 (g, 2t+8..)  reg3 (g+8, 2t+8..)
-//   B (16 x 8):  reg0 (k = 2t..2t+1, n = g)  reg1 (k = 2t+8..2t+9, n = g); D as for m16n8k8.
-__device__ __forceinline__ void mma_f16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// The 16-bit m16n8k16 MMA of an activation type (products of 16-bit values are exact in fp32).
-template <class T>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) mma_f16_16816(d, a, b0, b1);
-  else mma_bf16_16816(d, a, b0, b1);
 }
 
 // Two consecutive 16-bit values as one 32-bit word (p aligned to two elements).

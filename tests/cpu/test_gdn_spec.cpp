@@ -103,6 +103,7 @@ const StreamCase kStreams[] = {
     {DType::f32, DType::bf16, DType::bf16, 16, 4, 220, 2.5e-2, 1.2e-2},
     {DType::f32, DType::f16, DType::f32, 16, 8, 200, 2e-3, 2e-5},
     {DType::bf16, DType::bf16, DType::bf16, 12, 6, 200, 4e-2, 2.5e-2},
+    {DType::f16, DType::f16, DType::f16, 12, 6, 200, 5e-3, 3e-3},
     {DType::f16, DType::f32, DType::f32, 8, 8, 200, 3e-3, 3e-3},
     {DType::f64, DType::f64, DType::f64, 16, 4, 200, 1e-12, 1e-12}};
 

@@ -193,6 +193,7 @@ inline constexpr SpecCase kSpecStreamCases[] = {{DType::f32, DType::f32, DType::
                                                 {DType::f32, DType::bf16, DType::bf16, 16, 4, 120, 5e-2, 2.4e-2},
                                                 {DType::f32, DType::f16, DType::f32, 16, 8, 120, 4e-3, 4e-5},
                                                 {DType::bf16, DType::bf16, DType::bf16, 12, 6, 120, 8e-2, 5e-2},
+                                                {DType::f16, DType::f16, DType::f16, 12, 6, 120, 1e-2, 6e-3},
                                                 {DType::f16, DType::f32, DType::f32, 8, 8, 120, 6e-3, 6e-3},
                                                 {DType::f32, DType::bf16, DType::f32, 26, 6, 120, 5e-2, 4e-5}};
 // A speculative stream within the case's bounds: outputs, checkpoint and rings against the float64 truth and the CPU

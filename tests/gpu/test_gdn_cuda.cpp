@@ -183,6 +183,12 @@ TEST(CudaGdn, SanitizerSmall) {
     const Stats t1 = spec_stream(c);
     EXPECT_LE(t1.out_ref, 5e-2);
   }
+  {  // 16-bit state and window of one type: the readout on m16n8k16 over the stored pairs
+    Cfg b = c;
+    b.sd = b.ad = b.rd = DType::bf16;
+    const Stats t2 = spec_stream(b);
+    EXPECT_LE(t2.out_ref, 8e-2);
+  }
   // classic step once
   std::mt19937_64 rng(3);
   DevWeights w(make_weights(c.geo, rng));

@@ -146,6 +146,7 @@ TEST(CudaGdnSpec, WarpRows) {
   const SpecCase cases[] = {{DType::f32, DType::bf16, DType::f32, 16, 4, 30, 5e-2, 4e-5},
                             {DType::f32, DType::f32, DType::f32, 16, 4, 30, 4e-5, 4e-5},
                             {DType::bf16, DType::bf16, DType::bf16, 12, 6, 30, 8e-2, 5e-2},
+                            {DType::f16, DType::f16, DType::f16, 12, 6, 30, 1e-2, 6e-3},
                             {DType::f16, DType::f32, DType::f32, 8, 8, 30, 6e-3, 6e-3}};
   const int shapes[3][2] = {{1, 1}, {4, 8}, {16, 4}};  // (items per CTA, warps)
   for (int wr : {8, 16})

@@ -106,6 +106,8 @@ TEST(CudaMamba2Spec, ServingBatchCtaShapes) {
       {{16, 64, 128, 2}, 2, {DType::f32, DType::bf16}, 32, 8, 24},  // 2-warp CTAs, 2 chunks
       {{16, 80, 128, 2}, 5, {DType::f32, DType::f32}, 56, 8, 20},   // Nano head: 5 warps, fp32 act, ring 64
       {{16, 64, 64, 4}, 4, {DType::bf16, DType::f16}, 40, 6, 24},   // dstate 64, 16-bit state
+      {{16, 64, 128, 2}, 4, {DType::bf16, DType::bf16}, 28, 4, 24}, // state = window type: the pair readout
+      {{16, 80, 64, 2}, 5, {DType::f16, DType::f16}, 26, 6, 24},    // the same, fp16, Nano head, dstate 64
   };
   uint64_t seed = 300;
   for (const C& c : cases) {
@@ -137,10 +139,10 @@ TEST(CudaMamba2Spec, ServingBatchCtaShapes) {
 // falls back to element copies for those rows. Rings of 32 and 64.
 TEST(CudaMamba2Spec, UnalignedRowsAndPartialTiles) {
   NEED_GPU();
-  for (DType ad : {DType::bf16, DType::f32})
+  for (const DtypePair dt : {DtypePair{DType::f32, DType::bf16}, DtypePair{DType::f32, DType::f32},
+                             DtypePair{DType::bf16, DType::bf16}})  // the last: the pair readout on a partial tile
     for (int B : {16, 40}) {
-      const DtypePair dt{DType::f32, ad};
-      Problem pb(setup({4, 36, 64, 2}, dt, 4, 1, 900 + uint64_t(B) + uint64_t(ad)));
+      Problem pb(setup({4, 36, 64, 2}, dt, 4, 1, 900 + uint64_t(B) + uint64_t(dt.act) + 7 * uint64_t(dt.state)));
       SpecOpts o;
       o.spec.history = B; o.spec.window = 8;
       o.steps = 60;
@@ -231,12 +233,16 @@ TEST(CudaMamba2Spec, VerifyEqualsSteppedDecodeAtEveryFillLevel) {
 
 // A small case for compute-sanitizer (memcheck / racecheck): flush and non-flush rows, a partial
 // P tile split (P = 80), window 8, rings of 32 and 64 (full windows, all accepted: the ring-64 run
-// reaches 64 logical tokens and folds within its 12 steps), then the classic path.
+// reaches 64 logical tokens and folds within its 12 steps), bf16 state and window on the ring of 32, then the classic
+// path.
 TEST(CudaMamba2Spec, SanitizerSmallCase) {
   NEED_GPU();
   const DtypePair dt{DType::f32, DType::bf16};
-  for (int B : {16, 56}) {
-    Problem pb(setup({4, 80, 128, 2}, dt, 3, 1, 5 + uint64_t(B)));
+  struct SanCase { int B; DtypePair dt; };  // the last: bf16 state and window (the verify's pair readout)
+  for (const SanCase sc : {SanCase{16, dt}, SanCase{56, dt}, SanCase{16, {DType::bf16, DType::bf16}}}) {
+    const int B = sc.B;
+    const DtypePair dv = sc.dt;
+    Problem pb(setup({4, 80, 128, 2}, dv, 3, 1, 5 + uint64_t(B) + (dv.state == DType::f32 ? 0 : 11)));
     SpecOpts o;
     o.spec.history = B; o.spec.window = 8;
     o.steps = 12;
@@ -246,7 +252,7 @@ TEST(CudaMamba2Spec, SanitizerSmallCase) {
     }
     CpuDiff d;
     const RunLog log = run_spec(pb, o, gpu_backend(&d));
-    expect_spec_clean(log, d, tolerance(dt), ("sanitizer case B" + std::to_string(B)).c_str());
+    expect_spec_clean(log, d, tolerance(dv), ("sanitizer case B" + std::to_string(B) + " " + pair_name(dv)).c_str());
   }
   Problem pc(setup({4, 80, 128, 2}, dt, 3, 1, 6, 2 * 8 + 3));
   const RunLog lc = run_classic_spec(pc, 8, 4, gpu_backend(nullptr));
