@@ -134,6 +134,30 @@ TEST(CudaMamba2Spec, ServingBatchCtaShapes) {
   }
 }
 
+// The 96-register instances for one 16-bit type (REPLAYSSM_M2_VERIFY_LEAN16=1, spills 8-16 bytes): the Super head in
+// 4-warp CTAs and the Nano head in 5-warp CTAs, ring-filling histories (flush and non-flush rows), padding rows.
+TEST(CudaMamba2Spec, Lean16Instance) {
+  NEED_GPU();
+  const ScopedEnv lean("REPLAYSSM_M2_VERIFY_LEAN16", "1");
+  struct C { Mamba2Geometry geo; DtypePair dt; int B, T, steps; };
+  const C cases[] = {{{8, 64, 128, 2}, {DType::bf16, DType::bf16}, 28, 4, 150},
+                     {{6, 80, 128, 3}, {DType::f16, DType::f16}, 26, 6, 120},
+                     {{8, 64, 64, 2}, {DType::bf16, DType::bf16}, 12, 4, 80}};
+  uint64_t seed = 1700;
+  for (const C& c : cases) {
+    Problem pb(setup(c.geo, c.dt, 5, 1, ++seed));
+    SpecOpts o;
+    o.spec.history = c.B; o.spec.window = c.T;
+    o.steps = c.steps;
+    CpuDiff d;
+    const RunLog log = run_spec(pb, o, gpu_backend(&d));
+    const std::string what = "lean16 " + c.geo.to_string() + " " + pair_name(c.dt) + " B" + std::to_string(c.B);
+    std::printf("  [%s] out %.2e state %.2e | vs cpu out %.2e state %.2e | flushes %d\n", what.c_str(), log.max_out(),
+                log.max_state(), d.out, d.state, log.flushes);
+    expect_spec_clean(log, d, tolerance(c.dt), what.c_str());
+  }
+}
+
 // Inputs whose token rows are not 16-byte aligned (odd token strides) and a head size that ends
 // inside a 16-row tile and inside a 16-byte chunk (P = 36; bf16 ring rows of 72 bytes): the staging
 // falls back to element copies for those rows. Rings of 32 and 64.
