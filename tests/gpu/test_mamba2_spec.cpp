@@ -99,20 +99,21 @@ int rows_for_tiles(const Mamba2Geometry& g, int tiles) {
 
 TEST(CudaMamba2Spec, ServingBatchCtaShapes) {
   NEED_GPU();
-  struct C { Mamba2Geometry geo; int tiles; DtypePair dt; int B, T, steps; };
+  struct C { Mamba2Geometry geo; int tiles; DtypePair dt; int B, T, steps; int waves = 1; };  // waves: x the rows
   const C cases[] = {
       {{16, 64, 128, 2}, 4, {DType::f32, DType::bf16}, 56, 8, 24},  // Super / Ultra head, full CTA, ring 64
       {{16, 64, 128, 2}, 4, {DType::f32, DType::bf16}, 16, 4, 24},  // ring 32
       {{16, 64, 128, 2}, 2, {DType::f32, DType::bf16}, 32, 8, 24},  // 2-warp CTAs, 2 chunks
       {{16, 80, 128, 2}, 5, {DType::f32, DType::f32}, 56, 8, 20},   // Nano head: 5 warps, fp32 act, ring 64
       {{16, 64, 64, 4}, 4, {DType::bf16, DType::f16}, 40, 6, 24},   // dstate 64, 16-bit state
-      {{16, 64, 128, 2}, 4, {DType::bf16, DType::bf16}, 28, 4, 24}, // state = window type: the pair readout
-      {{16, 80, 64, 2}, 5, {DType::f16, DType::f16}, 26, 6, 24},    // the same, fp16, Nano head, dstate 64
+      // state = window type (the pair readout), on grids of > 4 waves: the LEAN instances by the launch rule
+      {{16, 64, 128, 2}, 4, {DType::bf16, DType::bf16}, 28, 4, 24, 3},
+      {{16, 80, 64, 2}, 5, {DType::f16, DType::f16}, 26, 6, 24, 3},  // the same, fp16, Nano head, dstate 64
   };
   uint64_t seed = 300;
   for (const C& c : cases) {
     const ScopedEnv shape("REPLAYSSM_M2_TILES", c.tiles == 5 ? "" : std::to_string(c.tiles));  // 5: the whole Nano head
-    const int rows = rows_for_tiles(c.geo, c.tiles), live = 3, slots = 6;
+    const int rows = rows_for_tiles(c.geo, c.tiles) * c.waves, live = 3, slots = 6;
     Problem pb(setup(c.geo, c.dt, rows, 0, ++seed, rows + 3));
     pb.s.slots = slots;  // caches for 6 slots; rows 0, rows / 2, rows - 1 live, the rest padding
     std::vector<int> sl(size_t(rows), -1);
