@@ -65,8 +65,11 @@ size_t smem_bytes(int N, int kmax, int PC) {
 // PDL (VerifyArgs::pdl): slot_idx and the checkpoint slice are read before griddepcontrol.wait; query_start_loc, the
 // cursor (commit_cursors may be the kernel before), the rings and the window after it. A template parameter: the
 // instances without it are the code as before (in shared code the wait cost this kernel 2-7 %, twentieth session).
-template <class ST, class AT, int N, bool PDL>
-__global__ void __launch_bounds__(256, 2)
+// LEAN (state and window of one 16-bit type, CTAs of <= 5 warps, grids of more than kLean16MinWaves; lean16()): 96
+// registers instead of 128, so 5 CTAs of 4 warps an SM instead of 4 (Nano's 5-warp CTAs: 4 instead of 3). The pair
+// readout leaves those instances 8-16 bytes of spills (fp32 state needed 68-84 and lost 4-10 %, twenty-ninth session).
+template <class ST, class AT, int N, bool PDL, bool LEAN = false>
+__global__ void __launch_bounds__(LEAN ? 160 : 256, LEAN ? 4 : 2)
 spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const unsigned hpg, const unsigned hpg_magic,
                    const bool aligned) {
   using V = Vec16<ST>;
@@ -487,6 +490,19 @@ bool stage_aligned(const Mamba2VerifyParams& p) {
 // results, the caller's flag is a hint). Not the load order: the checkpoint loads after the wait measured the same.
 constexpr int kPdlMaxWaves = 4;
 
+// The LEAN instances for one 16-bit type pay on grids of more than this many waves of the default instance. Measured
+// (H100, forty-first session, Super / Nano T = 4, bf16 / bf16 and fp16 / fp16): b64 (15.5 waves) -6 to -8 %, b512 -8 to
+// -11 %, b8 (1.9 waves) +3 %; b16-b32 (4-8 waves) not measured. REPLAYSSM_M2_VERIFY_LEAN16=0|1 (read per call) forces
+// them off / on.
+constexpr int kLean16MinWaves = 4;
+template <class K>
+bool lean16(K kernel, const dim3& grid, const dim3& block, size_t smem) {
+  const int f = env_choice("REPLAYSSM_M2_VERIFY_LEAN16", {"0", "1"});
+  if (f >= 0) return f == 1;
+  const long long ctas = (long long)grid.x * grid.y * grid.z;
+  return ctas > (long long)kLean16MinWaves * sm_count() * std::max(resident_ctas(kernel, int(block.x), smem, "spec_verify"), 1);
+}
+
 template <class ST, class AT, int N, bool PDL>
 void launch(const Mamba2VerifyParams& p, cudaStream_t st) {
   // whole heads per CTA at every batch (launch_util.cuh, choose_psplit; batch 8, T = 4: -2 % against split heads)
@@ -495,6 +511,8 @@ void launch(const Mamba2VerifyParams& p, cudaStream_t st) {
   const dim3 block(unsigned(32 * sp.tiles_per_cta));
   const size_t smem = smem_bytes<AT>(N, p.history + p.window, sp.tiles_per_cta * 16);
   auto kernel = spec_verify_kernel<ST, AT, N, PDL>;
+  if constexpr (sizeof(ST) == 2 && std::is_same_v<ST, AT>)
+    if (block.x <= 160 && lean16(kernel, grid, block, smem)) kernel = spec_verify_kernel<ST, AT, N, PDL, true>;
   allow_dynamic_smem(kernel, smem, "spec_verify");
   if constexpr (PDL) {
     if (!grid_within_waves(kernel, (long long)grid.x * grid.y * grid.z, int(block.x), smem, kPdlMaxWaves, "spec_verify"))

@@ -99,20 +99,21 @@ int rows_for_tiles(const Mamba2Geometry& g, int tiles) {
 
 TEST(CudaMamba2Spec, ServingBatchCtaShapes) {
   NEED_GPU();
-  struct C { Mamba2Geometry geo; int tiles; DtypePair dt; int B, T, steps; };
+  struct C { Mamba2Geometry geo; int tiles; DtypePair dt; int B, T, steps; int waves = 1; };  // waves: x the rows
   const C cases[] = {
       {{16, 64, 128, 2}, 4, {DType::f32, DType::bf16}, 56, 8, 24},  // Super / Ultra head, full CTA, ring 64
       {{16, 64, 128, 2}, 4, {DType::f32, DType::bf16}, 16, 4, 24},  // ring 32
       {{16, 64, 128, 2}, 2, {DType::f32, DType::bf16}, 32, 8, 24},  // 2-warp CTAs, 2 chunks
       {{16, 80, 128, 2}, 5, {DType::f32, DType::f32}, 56, 8, 20},   // Nano head: 5 warps, fp32 act, ring 64
       {{16, 64, 64, 4}, 4, {DType::bf16, DType::f16}, 40, 6, 24},   // dstate 64, 16-bit state
-      {{16, 64, 128, 2}, 4, {DType::bf16, DType::bf16}, 28, 4, 24}, // state = window type: the pair readout
-      {{16, 80, 64, 2}, 5, {DType::f16, DType::f16}, 26, 6, 24},    // the same, fp16, Nano head, dstate 64
+      // state = window type (the pair readout), on grids of > 4 waves: the LEAN instances by the launch rule
+      {{16, 64, 128, 2}, 4, {DType::bf16, DType::bf16}, 28, 4, 24, 3},
+      {{16, 80, 64, 2}, 5, {DType::f16, DType::f16}, 26, 6, 24, 3},  // the same, fp16, Nano head, dstate 64
   };
   uint64_t seed = 300;
   for (const C& c : cases) {
     const ScopedEnv shape("REPLAYSSM_M2_TILES", c.tiles == 5 ? "" : std::to_string(c.tiles));  // 5: the whole Nano head
-    const int rows = rows_for_tiles(c.geo, c.tiles), live = 3, slots = 6;
+    const int rows = rows_for_tiles(c.geo, c.tiles) * c.waves, live = 3, slots = 6;
     Problem pb(setup(c.geo, c.dt, rows, 0, ++seed, rows + 3));
     pb.s.slots = slots;  // caches for 6 slots; rows 0, rows / 2, rows - 1 live, the rest padding
     std::vector<int> sl(size_t(rows), -1);
@@ -128,6 +129,30 @@ TEST(CudaMamba2Spec, ServingBatchCtaShapes) {
     const std::string what = c.geo.to_string() + " " + pair_name(c.dt) + " B" + std::to_string(c.B) + " T" +
                              std::to_string(c.T) + " rows " + std::to_string(rows) + " (" + std::to_string(live) +
                              " live), " + std::to_string(c.tiles) + " warps per CTA";
+    std::printf("  [%s] out %.2e state %.2e | vs cpu out %.2e state %.2e | flushes %d\n", what.c_str(), log.max_out(),
+                log.max_state(), d.out, d.state, log.flushes);
+    expect_spec_clean(log, d, tolerance(c.dt), what.c_str());
+  }
+}
+
+// The 96-register instances for one 16-bit type (REPLAYSSM_M2_VERIFY_LEAN16=1, spills 8-16 bytes): the Super head in
+// 4-warp CTAs and the Nano head in 5-warp CTAs, ring-filling histories (flush and non-flush rows), padding rows.
+TEST(CudaMamba2Spec, Lean16Instance) {
+  NEED_GPU();
+  const ScopedEnv lean("REPLAYSSM_M2_VERIFY_LEAN16", "1");
+  struct C { Mamba2Geometry geo; DtypePair dt; int B, T, steps; };
+  const C cases[] = {{{8, 64, 128, 2}, {DType::bf16, DType::bf16}, 28, 4, 150},
+                     {{6, 80, 128, 3}, {DType::f16, DType::f16}, 26, 6, 120},
+                     {{8, 64, 64, 2}, {DType::bf16, DType::bf16}, 12, 4, 80}};
+  uint64_t seed = 1700;
+  for (const C& c : cases) {
+    Problem pb(setup(c.geo, c.dt, 5, 1, ++seed));
+    SpecOpts o;
+    o.spec.history = c.B; o.spec.window = c.T;
+    o.steps = c.steps;
+    CpuDiff d;
+    const RunLog log = run_spec(pb, o, gpu_backend(&d));
+    const std::string what = "lean16 " + c.geo.to_string() + " " + pair_name(c.dt) + " B" + std::to_string(c.B);
     std::printf("  [%s] out %.2e state %.2e | vs cpu out %.2e state %.2e | flushes %d\n", what.c_str(), log.max_out(),
                 log.max_state(), d.out, d.state, log.flushes);
     expect_spec_clean(log, d, tolerance(c.dt), what.c_str());
