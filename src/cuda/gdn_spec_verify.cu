@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
   constexpr int VEC = VT::kN, CW = 4 * VEC, NCH = K / CW, KP = K + 16;
   constexpr int BPS = spec::Parts<ST>::kN;
   // State and window of one 16-bit type: the readout on m16n8k16 over the stored pairs (header comment).
-  constexpr bool kPairMma = sizeof(ST) == 2 && std::is_same_v<ST, AT>;
+  constexpr bool kPairMma = kPairTypes<ST, AT>;
   constexpr int RWW = kRW * NT, LPR = 4 / NT;  // state rows per warp and item; substitution lanes per row
   const GdnStepParams& p = P.step;
   const GdnRingParams& R = P.ring;

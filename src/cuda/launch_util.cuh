@@ -97,14 +97,20 @@ int resident_ctas(void (*kernel)(KArgs...), int block, size_t smem, const char* 
 }
 
 // Whether a grid of `ctas` CTAs of `kernel` (block threads, smem bytes of dynamic shared memory) fits `max_waves` waves
-// at its occupancy. Some pdl instances pay only on small grids (their griddepcontrol.wait sits on every CTA's critical
-// path): their launches ask this and launch plainly beyond (the same results; the ops' pdl flag is a hint).
-// REPLAYSSM_PDL_WAVES=never|always overrides the rule (tests: the plain launch of a pdl request; A/B: the rule off).
+// at its occupancy.
+template <class... KArgs>
+bool grid_fits_waves(void (*kernel)(KArgs...), long long ctas, int block, size_t smem, int max_waves, const char* what) {
+  return ctas <= (long long)max_waves * sm_count() * std::max(resident_ctas(kernel, block, smem, what), 1);
+}
+
+// grid_fits_waves for the pdl rule. Some pdl instances pay only on small grids (their griddepcontrol.wait sits on every
+// CTA's critical path): their launches ask this and launch plainly beyond (the same results; the ops' pdl flag is a
+// hint). REPLAYSSM_PDL_WAVES=never|always overrides the rule (tests: the plain launch of a pdl request; A/B: the rule off).
 template <class... KArgs>
 bool grid_within_waves(void (*kernel)(KArgs...), long long ctas, int block, size_t smem, int max_waves, const char* what) {
   const int f = env_choice("REPLAYSSM_PDL_WAVES", {"rule", "never", "always"});
   if (f == 1 || f == 2) return f == 2;
-  return ctas <= (long long)max_waves * sm_count() * std::max(resident_ctas(kernel, block, smem, what), 1);
+  return grid_fits_waves(kernel, ctas, block, smem, max_waves, what);
 }
 
 // The P axis is cut into 16-row tiles, one warp each. A CTA takes `tiles_per_cta` consecutive tiles

@@ -30,8 +30,6 @@
 //     window are one 16-bit type, non-fold rows take m16n8k16 on the loaded state pairs instead (no conversions);
 //  e. y_s = exp(A c_e) (S C_s) + sum_k f[k][s] x_k (m16n8k8: A = X^T, B = f) + D x_s, gate, store.
 //     No state write (non-flush).
-#include <type_traits>
-
 #include "cuda/common.cuh"
 #include "cuda/launch_util.cuh"
 #include "cuda/ops.hpp"
@@ -327,7 +325,7 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
   // ---- the base state in fp32 registers (S0, or S1 after the fold) ----
   // State and window of one 16-bit type: the non-fold readout takes the loaded pairs as they are (below), so the
   // state is unpacked to fp32 only for a fold.
-  constexpr bool kPairReadout = sizeof(ST) == 2 && std::is_same_v<ST, AT>;
+  constexpr bool kPairReadout = kPairTypes<ST, AT>;
   float sv[2][NG * VEC];
   auto unpack_state = [&] {
 #pragma unroll
@@ -499,8 +497,7 @@ template <class K>
 bool lean16(K kernel, const dim3& grid, const dim3& block, size_t smem) {
   const int f = env_choice("REPLAYSSM_M2_VERIFY_LEAN16", {"0", "1"});
   if (f >= 0) return f == 1;
-  const long long ctas = (long long)grid.x * grid.y * grid.z;
-  return ctas > (long long)kLean16MinWaves * sm_count() * std::max(resident_ctas(kernel, int(block.x), smem, "spec_verify"), 1);
+  return !grid_fits_waves(kernel, (long long)grid.x * grid.y * grid.z, int(block.x), smem, kLean16MinWaves, "spec_verify");
 }
 
 template <class ST, class AT, int N, bool PDL>
@@ -511,7 +508,7 @@ void launch(const Mamba2VerifyParams& p, cudaStream_t st) {
   const dim3 block(unsigned(32 * sp.tiles_per_cta));
   const size_t smem = smem_bytes<AT>(N, p.history + p.window, sp.tiles_per_cta * 16);
   auto kernel = spec_verify_kernel<ST, AT, N, PDL>;
-  if constexpr (sizeof(ST) == 2 && std::is_same_v<ST, AT>)
+  if constexpr (kPairTypes<ST, AT>)  // LEAN's registers come from the pair readout
     if (block.x <= 160 && lean16(kernel, grid, block, smem)) kernel = spec_verify_kernel<ST, AT, N, PDL, true>;
   allow_dynamic_smem(kernel, smem, "spec_verify");
   if constexpr (PDL) {

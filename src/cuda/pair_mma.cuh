@@ -8,6 +8,10 @@
 
 namespace replayssm::cuda {
 
+// State and activations of one 16-bit type: the readouts that take m16n8k16 on the stored pairs (below).
+template <class ST, class AT>
+inline constexpr bool kPairTypes = sizeof(ST) == 2 && std::is_same_v<ST, AT>;
+
 // D += A * B, m16n8k16, fp16 operands, fp32 accumulators. Layout (as common.cuh's bf16 one):
 //   A (16 x 16): reg0 (g, 2t..2t+1)  reg1 (g+8, 2t..2t+1)  reg2 (g, 2t+8..)  reg3 (g+8, 2t+8..)
 //   B (16 x 8):  reg0 (k = 2t..2t+1, n = g)  reg1 (k = 2t+8..2t+9, n = g); D as for m16n8k8.
