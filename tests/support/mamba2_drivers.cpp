@@ -17,6 +17,7 @@ Backend cpu_backend() {
   b.spec_verify = [](const mamba2::VerifyArgs& a) { mamba2::spec_verify(a); };
   b.classic_spec = [](const mamba2::ClassicSpecArgs& a) { mamba2::classic_spec_decode(a); };
   b.export_state = [](const mamba2::ExportStateArgs& a) { mamba2::export_state(a); };
+  b.accept_tree = [](const mamba2::TreeAcceptArgs& a) { mamba2::accept_tree_path(a); };
   return b;
 }
 
