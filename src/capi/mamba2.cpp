@@ -102,6 +102,42 @@ int replayssm_mamba2_spec_verify(int heads, int headdim, int dstate, int groups,
   });
 }
 
+int replayssm_mamba2_spec_verify_tree(int heads, int headdim, int dstate, int groups, int history, int window,
+                                      const DLTensor* x, const DLTensor* dt, const DLTensor* B, const DLTensor* C,
+                                      const DLTensor* z, const DLTensor* A, const DLTensor* dt_bias, const DLTensor* D,
+                                      int dt_softplus, const DLTensor* checkpoint, const DLTensor* x_ring,
+                                      const DLTensor* dt_ring, const DLTensor* B_ring, const DLTensor* cursor,
+                                      const DLTensor* slot_idx, const DLTensor* query_start_loc,
+                                      const DLTensor* tree_parent, const DLTensor* out, void* stream) {
+  return guarded([&] {
+    mamba2::SpecCache cache{view(checkpoint, "cache.checkpoint"), view(x_ring, "cache.x_ring"),
+                            view(dt_ring, "cache.dt_ring"), view(B_ring, "cache.B_ring"),
+                            view(cursor, "cache.cursor")};
+    mamba2::VerifyArgs a{{heads, headdim, dstate, groups}, SpecConfig{history, window}, inputs(x, dt, B, C, z),
+                         weights(A, dt_bias, D, dt_softplus), cache, view(slot_idx, "slot_idx"),
+                         view(query_start_loc, "query_start_loc"), view(out, "out")};
+    a.pdl = capi::t_launch_pdl;
+    a.tree_parent = view(tree_parent, "tree_parent");
+    mamba2::spec_verify(a, stream);
+  });
+}
+
+int replayssm_mamba2_accept_tree_path(int heads, int headdim, int dstate, int groups, int history, int window,
+                                      const DLTensor* x_ring, const DLTensor* dt_ring, const DLTensor* B_ring,
+                                      const DLTensor* cursor, const DLTensor* slot_idx,
+                                      const DLTensor* query_start_loc, const DLTensor* tree_parent,
+                                      const DLTensor* accepted_leaf, const DLTensor* num_accepted, void* stream) {
+  return guarded([&] {
+    mamba2::TreeAcceptArgs a{{heads, headdim, dstate, groups}, SpecConfig{history, window},
+                             {TensorView{}, view(x_ring, "cache.x_ring"), view(dt_ring, "cache.dt_ring"),
+                              view(B_ring, "cache.B_ring"), view(cursor, "cache.cursor")},
+                             view(slot_idx, "slot_idx"), view(query_start_loc, "query_start_loc"),
+                             view(tree_parent, "tree_parent"), view(accepted_leaf, "accepted_leaf"),
+                             view(num_accepted, "num_accepted")};
+    mamba2::accept_tree_path(a, stream);
+  });
+}
+
 int replayssm_mamba2_classic_spec_decode(int heads, int headdim, int dstate, int groups, int window,
                                          const DLTensor* x, const DLTensor* dt, const DLTensor* B,
                                          const DLTensor* C, const DLTensor* z, const DLTensor* A,

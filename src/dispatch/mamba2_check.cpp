@@ -171,7 +171,10 @@ Mamba2RingParams ring_params(const TensorView& x_ring, const TensorView& dt_ring
 std::optional<std::vector<int32_t>> check_tree_parent(const TensorView& tree_parent, Device dev, int64_t tokens,
                                                       const std::optional<std::vector<int32_t>>& slot_ids,
                                                       const std::optional<std::vector<int32_t>>& qsl, Stream stream) {
-  check_index_vector("tree_parent", tree_parent, dev, tokens);
+  Arg a("tree_parent", tree_parent);
+  a.required().shape({{tokens, "tokens"}}).dtype(DType::i32).device(dev).nonnegative_strides();
+  if (tree_parent.shape[0] > 1 && tree_parent.stride[0] != 1)
+    a.fail("must be contiguous (stride 1), got strides " + tree_parent.stride_string());
   auto par = detail::read_int32(tree_parent, stream);
   if (!par || !qsl || !slot_ids) return par;
   for (size_t row = 0; row < slot_ids->size(); ++row) {

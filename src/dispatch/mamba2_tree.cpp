@@ -33,9 +33,9 @@ void accept_tree_path(const TreeAcceptArgs& a, Stream stream) {
   check_rings(a.geo, c.x_ring, c.dt_ring, c.B_ring, act, dev, slots, R);
   const int64_t rows = check_index_vector("slot_idx", a.slot_idx, dev);
   check_index_vector("query_start_loc", a.query_start_loc, dev, rows + 1);
-  Arg tp("tree_parent", a.tree_parent);
-  tp.required();
-  const int64_t tokens = a.tree_parent.ndim == 1 ? a.tree_parent.shape[0] : -1;
+  // tree_parent's shape and dtype first: its length is the token count query_start_loc is checked against.
+  Arg("tree_parent", a.tree_parent).required().shape({{-1, "tokens"}}).dtype(DType::i32).device(dev);
+  const int64_t tokens = a.tree_parent.shape[0];
   check_index_vector("accepted_leaf", a.accepted_leaf, dev, rows);
   check_index_vector("num_accepted", a.num_accepted, dev, rows);
 

@@ -74,7 +74,7 @@ double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) 
   return e;
 }
 
-// spec_verify / classic_spec on the GPU (device mirrors), each call also run by the CPU backend on
+// spec_verify / classic_spec / accept_tree on the GPU (device mirrors), each call also run by the CPU backend on
 // the same inputs and compared; the host tensors end up holding the GPU results. replay_decode and
 // decode stay on the CPU (the "standard ReplaySSM decode of the same window" comparator).
 // The ops' pdl flag: while g_pdl_on, every GPU call runs with it on a stream of its own, and the buffers it may read
@@ -109,8 +109,9 @@ void run_on_device(Args& d, const std::vector<TensorView>& late, Op op) {
     op(d, nullptr);
   } else {
     std::vector<std::pair<void*, size_t>> bufs;
-    for (const TensorView& v : late)
-      if (v.defined()) bufs.emplace_back(v.data, size_t(extent_elems(v)) * dtype_size(v.dtype));
+    for (const TensorView& v : late)  // past LateCopies::kMax the last ones are simply written on time
+      if (v.defined() && bufs.size() < size_t(LateCopies::kMax))
+        bufs.emplace_back(v.data, size_t(extent_elems(v)) * dtype_size(v.dtype));
     const PdlStream s(true);
     const BehindProducer producer(bufs, 100000, s.get());
     d.pdl = true;
@@ -133,19 +134,45 @@ Backend gpu_backend(CpuDiff* diff) {
       d.cache = {m.up(a.cache.checkpoint), m.up(a.cache.x_ring), m.up(a.cache.dt_ring), m.up(a.cache.B_ring),
                  m.up(a.cache.cursor)};
       d.slot_idx = m.up(a.slot_idx); d.query_start_loc = m.up(a.query_start_loc); d.out = m.up(a.out);
+      d.tree_parent = m.up(a.tree_parent);  // undefined stays undefined: a chain
+      // tree_parent first: a producer writes at most LateCopies::kMax buffers late (run_on_device).
       run_on_device(d,
-                    {d.in.x, d.in.dt, d.in.B, d.in.C, d.in.z, d.query_start_loc, d.cache.cursor, d.cache.x_ring,
-                     d.cache.dt_ring, d.cache.B_ring},
+                    {d.tree_parent, d.in.x, d.in.dt, d.in.B, d.in.C, d.in.z, d.query_start_loc, d.cache.cursor,
+                     d.cache.x_ring, d.cache.dt_ring, d.cache.B_ring},
                     [](const mamba2::VerifyArgs& x, Stream s) { mamba2::spec_verify(x, s); });
       for (auto& v : mut) m.down(v);
     }
     if (diff) {
       ++diff->calls;
+      if (a.tree_parent.defined()) ++diff->tree_verifies;
       diff->out = std::max(diff->out, max_rel_diff(values_of(a.out), cpu[0]));
       diff->state = std::max(diff->state, max_rel_diff(values_of(a.cache.checkpoint), cpu[1]));
       diff->dt_ring = std::max(diff->dt_ring, max_rel_diff(values_of(a.cache.dt_ring), cpu[3]));
       if (!same_values(values_of(a.cache.x_ring), cpu[2]) || !same_values(values_of(a.cache.B_ring), cpu[4]))
         diff->rings_exact = false;
+    }
+  };
+  // accept_tree_path only copies ring entries: the GPU rings must equal the CPU's bit for bit, dt_ring included. The
+  // op has no pdl flag, so it runs plainly even while g_pdl_on.
+  b.accept_tree = [diff](const mamba2::TreeAcceptArgs& a) {
+    const std::vector<TensorView> mut = {a.cache.x_ring, a.cache.dt_ring, a.cache.B_ring};
+    const auto cpu = cpu_values(mut, [&] { mamba2::accept_tree_path(a); });
+    {
+      Mirrors m;
+      mamba2::TreeAcceptArgs d = a;
+      d.cache = {m.up(a.cache.checkpoint), m.up(a.cache.x_ring), m.up(a.cache.dt_ring), m.up(a.cache.B_ring),
+                 m.up(a.cache.cursor)};
+      d.slot_idx = m.up(a.slot_idx); d.query_start_loc = m.up(a.query_start_loc); d.tree_parent = m.up(a.tree_parent);
+      d.accepted_leaf = m.up(a.accepted_leaf); d.num_accepted = m.up(a.num_accepted);
+      mamba2::accept_tree_path(d);
+      cuda_ok(cudaDeviceSynchronize(), "accept_tree_path");
+      for (auto& v : mut) m.down(v);
+    }
+    if (diff) {
+      ++diff->calls;
+      ++diff->accept_calls;
+      for (size_t i = 0; i < mut.size(); ++i)
+        if (!same_values(values_of(mut[i]), cpu[i])) diff->rings_exact = false;
     }
   };
   b.classic_spec = [diff](const mamba2::ClassicSpecArgs& a) {

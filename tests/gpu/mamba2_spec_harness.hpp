@@ -1,7 +1,7 @@
-// Shared by the CUDA Mamba-2 speculative tests (test_mamba2_spec.cpp, test_mamba2_spec_stream.cpp): device mirrors of
-// host views, a backend whose spec_verify / classic_spec run on the GPU and are compared call by call with the CPU
-// backend (CpuDiff), the pdl switch for those calls (a late producer writes what the op may read only after its wait),
-// and the configuration / clean-run checks of the stream tests.
+// Shared by the CUDA Mamba-2 speculative tests (test_mamba2_spec.cpp, test_mamba2_spec_stream.cpp,
+// test_mamba2_tree_cuda.cpp): device mirrors of host views, a backend whose spec_verify / classic_spec / accept_tree
+// run on the GPU and are compared call by call with the CPU backend (CpuDiff), the pdl switch for those calls (a late
+// producer writes what the op may read only after its wait), and the configuration / clean-run checks of the streams.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -52,15 +52,16 @@ double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b);
 // GPU-vs-CPU statistics gathered by the mirrored backend.
 struct CpuDiff {
   double out = 0, state = 0, dt_ring = 0;
-  bool rings_exact = true;
+  bool rings_exact = true;  // x / B rings after each verify, all three rings after each accept_tree
   int calls = 0;
+  int tree_verifies = 0, accept_calls = 0;  // verify calls with a tree_parent; accept_tree calls
 };
 
 // While true, every GPU call of gpu_backend() runs with pdl on a stream of its own, behind a late producer.
 extern bool g_pdl_on;
 
-// spec_verify / classic_spec on the GPU (device mirrors), each call also run by the CPU backend on the same inputs and
-// compared; the host tensors end up holding the GPU results. replay_decode and decode stay on the CPU.
+// spec_verify / classic_spec / accept_tree on the GPU (device mirrors), each call also run by the CPU backend on the
+// same inputs and compared; the host tensors end up holding the GPU results. replay_decode and decode stay on the CPU.
 Backend gpu_backend(CpuDiff* diff);
 
 const char* dn(DType t);
