@@ -90,16 +90,9 @@ int replayssm_mamba2_spec_verify(int heads, int headdim, int dstate, int groups,
                                  const DLTensor* dt_ring, const DLTensor* B_ring, const DLTensor* cursor,
                                  const DLTensor* slot_idx, const DLTensor* query_start_loc, const DLTensor* out,
                                  void* stream) {
-  return guarded([&] {
-    mamba2::SpecCache cache{view(checkpoint, "cache.checkpoint"), view(x_ring, "cache.x_ring"),
-                            view(dt_ring, "cache.dt_ring"), view(B_ring, "cache.B_ring"),
-                            view(cursor, "cache.cursor")};
-    mamba2::VerifyArgs a{{heads, headdim, dstate, groups}, SpecConfig{history, window}, inputs(x, dt, B, C, z),
-                         weights(A, dt_bias, D, dt_softplus), cache, view(slot_idx, "slot_idx"),
-                         view(query_start_loc, "query_start_loc"), view(out, "out")};
-    a.pdl = capi::t_launch_pdl;
-    mamba2::spec_verify(a, stream);
-  });
+  return replayssm_mamba2_spec_verify_tree(heads, headdim, dstate, groups, history, window, x, dt, B, C, z, A, dt_bias,
+                                           D, dt_softplus, checkpoint, x_ring, dt_ring, B_ring, cursor, slot_idx,
+                                           query_start_loc, nullptr, out, stream);  // no tree: a chain
 }
 
 int replayssm_mamba2_spec_verify_tree(int heads, int headdim, int dstate, int groups, int history, int window,

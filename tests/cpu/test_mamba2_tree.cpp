@@ -28,14 +28,6 @@ Config tree_setup(DtypePair dt, uint64_t seed, int rows = 4) {
   return s;
 }
 
-void expect_clean(const RunLog& log, const Tol& tol) {
-  EXPECT_LE(log.max_out(), tol.out);
-  EXPECT_LE(log.max_state(), tol.state);
-  EXPECT_GT(log.flushes, 0);
-  EXPECT_TRUE(log.cursor_ok);
-  EXPECT_TRUE(log.padding_ok);
-  EXPECT_TRUE(log.unused_ok);
-}
 
 std::vector<int> qsl_of(const mamba2::VerifyArgs& va, int rows) {
   const auto* q = static_cast<const int32_t*>(va.query_start_loc.data);
@@ -62,7 +54,7 @@ TEST(Mamba2Tree, StreamEveryDtypePair) {
       o.full_windows = true;
       o.extremes_on_flush = sc.window == 6;
       const RunLog log = run_spec(pb, o, cpu_backend());
-      expect_clean(log, tolerance(p));
+      expect_spec_run_clean(log, tolerance(p));
       if (o.extremes_on_flush) EXPECT_GT(log.flush_rows_accept1, 0);
       ASSERT_EQ(int(log.level_err.size()), sc.history + 1);
       for (int w = 0; w <= sc.history; ++w) EXPECT_GE(log.level_err[size_t(w)], 0.0) << "fill level " << w << " unseen";
@@ -79,7 +71,7 @@ TEST(Mamba2Tree, LongStream) {
     o.steps = 2000;
     o.tree = true;
     const RunLog log = run_spec(pb, o, cpu_backend());
-    expect_clean(log, tolerance(p));
+    expect_spec_run_clean(log, tolerance(p));
     EXPECT_GT(log.flushes, 100);
     EXPECT_LE(log.max_out_in(1500, 2000), 2 * log.max_out_in(0, 500));
     RecordProperty("max_out_err_" + pair_name(p), std::to_string(log.max_out()));
@@ -118,7 +110,7 @@ TEST(Mamba2Tree, ChainParentsEqualNoTree) {
     };
     const RunLog log = run_spec(pb, o, cpu_backend());
     EXPECT_EQ(compared, o.steps);
-    expect_clean(log, tolerance(p));
+    expect_spec_run_clean(log, tolerance(p));
   }
 }
 

@@ -228,4 +228,67 @@ void expect_spec_clean(const RunLog& log, const CpuDiff& d, const Tol& tol_in, c
   EXPECT_TRUE(d.rings_exact) << what << ": x / B rings differ from the CPU backend";
 }
 
+DeviceSpecProblem::DeviceSpecProblem(const Config& cfg, SpecConfig sc) : pb(cfg), spec(sc), rows(cfg.rows), T(sc.window) {
+  pb.make_spec_cache(sc);
+  ck.assign(pb.state); xr.assign(pb.x_ring); dr.assign(pb.dt_ring); br.assign(pb.B_ring); cu.assign(pb.cursor);
+  sidx.assign(pb.slot_idx); A.assign(pb.A); bias.assign(pb.dt_bias); D.assign(pb.D);
+  pb.new_tokens(rows * T);
+  x.assign(pb.x); dt.assign(pb.dt); B.assign(pb.B); C.assign(pb.C); z.assign(pb.z); out.assign(pb.out);
+  qv.assign(size_t(rows) + 1, 0);
+}
+
+mamba2::VerifyArgs DeviceSpecProblem::verify_args(bool dev, const TensorView& qsl) const {
+  mamba2::VerifyArgs a;
+  a.geo = pb.s.geo; a.spec = spec; a.query_start_loc = qsl;
+  if (dev) {
+    a.in = {x.view(), dt.view(), B.view(), C.view(), pb.s.gate ? z.view() : TensorView{}};
+    a.w.A = A.view();
+    if (pb.s.bias) a.w.dt_bias = bias.view();
+    if (pb.s.skip) a.w.D = D.view();
+    a.cache = {ck.view(), xr.view(), dr.view(), br.view(), cu.view()};
+    a.slot_idx = sidx.view(); a.out = out.view();
+  } else {
+    a.in = pb.inputs(); a.w = pb.weights(); a.cache = pb.spec_cache();
+    a.slot_idx = pb.slot_idx.view(); a.out = pb.out.view();
+  }
+  return a;
+}
+
+void DeviceSpecProblem::new_tokens() {
+  pb.new_tokens(rows * T);  // the tail past qv[rows] is unused
+  x.upload(pb.x); dt.upload(pb.dt); B.upload(pb.B); C.upload(pb.C);
+  if (pb.s.gate) z.upload(pb.z);
+  out.upload(pb.out);
+  const int used = qv[size_t(rows)];  // the CPU's inputs are only the used tokens: shrink the host views' token count
+  for (HostTensor* t : {&pb.x, &pb.dt, &pb.B, &pb.C, &pb.z, &pb.out})
+    if (t->view().defined()) t->view().shape[0] = used;
+}
+
+HostTensor DeviceSpecProblem::down(const DeviceTensor& d, const HostTensor& like) const {
+  HostTensor h = like;
+  d.download(h);
+  return h;
+}
+
+double DeviceSpecProblem::out_diff() const {
+  HostTensor g(pb.s.dt.act, {rows * T, pb.s.geo.heads, pb.s.geo.headdim}, pb.s.pad);
+  out.download(g);
+  std::vector<double> a, b;
+  const int64_t per = int64_t(pb.s.geo.heads) * pb.s.geo.headdim;
+  for (int r = 0; r < rows; ++r)
+    for (int t = qv[size_t(r)]; t < qv[size_t(r) + 1]; ++t)
+      for (int64_t i = 0; i < per; ++i) {
+        if (pb.slot_of_row[size_t(r)] < 0) {
+          if (g.flat(t * per + i) != kSentinel) return INFINITY;  // padding row written
+          continue;
+        }
+        a.push_back(g.flat(t * per + i));
+        b.push_back(pb.out.flat(t * per + i));
+      }
+  return rel_err(a, b);
+}
+
+double DeviceSpecProblem::state_diff() const { return rel_err(down(ck, pb.state).to_f64(), pb.state.to_f64()); }
+bool DeviceSpecProblem::cursors_equal() const { return down(cu, pb.cursor).bytes() == pb.cursor.bytes(); }
+
 }  // namespace replayssm::test::m2spec

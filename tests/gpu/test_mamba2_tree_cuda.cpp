@@ -228,25 +228,13 @@ TEST(CudaMamba2Tree, ChainParentsMatchChainVerify) {
 // ---------------------------------------------------------------------------------------------
 // A device-resident tree stream: caches and fixed-size per-step inputs on the GPU (a captured graph replays them), each
 // step's windows, trees, accepted leaves and counts new device data; the CPU backend mirrors every step.
-struct TreeStream {
-  Problem pb;
-  SpecConfig spec;
-  int rows, T;
-  DeviceTensor ck, xr, dr, br, cu, sidx, A, bias, D;
-  DeviceTensor x, dt, B, C, z, out, qsl, par, leaf, acc;
-  std::vector<int> qv, pv, lv, av;
+struct TreeStream : DeviceSpecProblem {
+  DeviceTensor qsl, par, leaf, acc;
+  std::vector<int> pv, lv, av;
   HostTensor qh, ph, lh, ah;  // the CPU step's views of the same step (the used tokens only)
   std::mt19937_64 rng{77};
 
-  TreeStream(const Config& cfg, SpecConfig sc) : pb(cfg), spec(sc) {
-    rows = cfg.rows;
-    T = sc.window;
-    pb.make_spec_cache(sc);
-    ck.assign(pb.state); xr.assign(pb.x_ring); dr.assign(pb.dt_ring); br.assign(pb.B_ring); cu.assign(pb.cursor);
-    sidx.assign(pb.slot_idx); A.assign(pb.A); bias.assign(pb.dt_bias); D.assign(pb.D);
-    pb.new_tokens(rows * T);
-    x.assign(pb.x); dt.assign(pb.dt); B.assign(pb.B); C.assign(pb.C); z.assign(pb.z); out.assign(pb.out);
-    qv.assign(size_t(rows) + 1, 0);
+  TreeStream(const Config& cfg, SpecConfig sc) : DeviceSpecProblem(cfg, sc) {
     pv.assign(size_t(rows * T), -1);
     lv.assign(size_t(rows), 0);
     av.assign(size_t(rows), 1);
@@ -255,19 +243,9 @@ struct TreeStream {
   mamba2::SpecCache cache(bool dev) const {
     return dev ? mamba2::SpecCache{ck.view(), xr.view(), dr.view(), br.view(), cu.view()} : pb.spec_cache();
   }
-  mamba2::VerifyArgs verify_args(bool dev) const {
-    mamba2::VerifyArgs a;
-    a.geo = pb.s.geo; a.spec = spec; a.cache = cache(dev);
-    if (dev) {
-      a.in = {x.view(), dt.view(), B.view(), C.view(), pb.s.gate ? z.view() : TensorView{}};
-      a.w.A = A.view();
-      if (pb.s.bias) a.w.dt_bias = bias.view();
-      if (pb.s.skip) a.w.D = D.view();
-      a.slot_idx = sidx.view(); a.query_start_loc = qsl.view(); a.out = out.view(); a.tree_parent = par.view();
-    } else {
-      a.in = pb.inputs(); a.w = pb.weights();
-      a.slot_idx = pb.slot_idx.view(); a.query_start_loc = qh.view(); a.out = pb.out.view(); a.tree_parent = ph.view();
-    }
+  mamba2::VerifyArgs tree_verify_args(bool dev) const {
+    mamba2::VerifyArgs a = verify_args(dev, dev ? qsl.view() : qh.view());
+    a.tree_parent = dev ? par.view() : ph.view();
     return a;
   }
   mamba2::TreeAcceptArgs accept_args(bool dev) const {
@@ -292,57 +270,27 @@ struct TreeStream {
       av[size_t(r)] = depths(tree)[size_t(lv[size_t(r)])] + 1;
       qv[size_t(r) + 1] = (tok += n);
     }
-    pb.new_tokens(rows * T);  // the tail past qsl[rows] is unused
-    x.upload(pb.x); dt.upload(pb.dt); B.upload(pb.B); C.upload(pb.C);
-    if (pb.s.gate) z.upload(pb.z);
-    out.upload(pb.out);
+    new_tokens();
     qh = i32_tensor(qv); lh = i32_tensor(lv); ah = i32_tensor(av);
     qsl.upload(qh); par.upload(i32_tensor(pv)); leaf.upload(lh); acc.upload(ah);
     ph = i32_tensor(std::vector<int>(pv.begin(), pv.begin() + tok));
-    for (HostTensor* t : {&pb.x, &pb.dt, &pb.B, &pb.C, &pb.z, &pb.out})
-      if (t->view().defined()) t->view().shape[0] = tok;
   }
   void gpu_step(cudaStream_t s, bool pdl) {
-    mamba2::VerifyArgs a = verify_args(true);
+    mamba2::VerifyArgs a = tree_verify_args(true);
     a.pdl = pdl;  // ignored for a tree: the verify launches plainly
     mamba2::spec_verify(a, s);
     mamba2::accept_tree_path(accept_args(true), s);
     commit_cursors(cu.view(), sidx.view(), acc.view(), qsl.view(), spec, s, pdl);
   }
   void cpu_step() {
-    mamba2::spec_verify(verify_args(false));
+    mamba2::spec_verify(tree_verify_args(false));
     mamba2::accept_tree_path(accept_args(false));
     commit_cursors(pb.cursor.view(), pb.slot_idx.view(), ah.view(), qh.view(), spec);
-  }
-  // GPU vs CPU after a step: live rows' outputs (padding rows' must keep the sentinel).
-  double out_diff() const {
-    HostTensor g(pb.s.dt.act, {rows * T, pb.s.geo.heads, pb.s.geo.headdim}, pb.s.pad);
-    out.download(g);
-    std::vector<double> a, b;
-    const int64_t per = int64_t(pb.s.geo.heads) * pb.s.geo.headdim;
-    for (int r = 0; r < rows; ++r)
-      for (int t = qv[size_t(r)]; t < qv[size_t(r) + 1]; ++t)
-        for (int64_t i = 0; i < per; ++i) {
-          if (pb.slot_of_row[size_t(r)] < 0) {
-            if (g.flat(t * per + i) != kSentinel) return INFINITY;
-            continue;
-          }
-          a.push_back(g.flat(t * per + i));
-          b.push_back(pb.out.flat(t * per + i));
-        }
-    return rel_err(a, b);
-  }
-  HostTensor down(const DeviceTensor& d, const HostTensor& like) const {
-    HostTensor h = like;
-    d.download(h);
-    return h;
   }
   bool xb_rings_equal() const {
     return down(xr, pb.x_ring).bytes() == pb.x_ring.bytes() && down(br, pb.B_ring).bytes() == pb.B_ring.bytes();
   }
   double dt_ring_diff() const { return max_rel_diff(values_of(down(dr, pb.dt_ring).view()), values_of(pb.dt_ring.view())); }
-  double state_diff() const { return rel_err(down(ck, pb.state).to_f64(), pb.state.to_f64()); }
-  bool cursors_equal() const { return down(cu, pb.cursor).bytes() == pb.cursor.bytes(); }
 };
 
 // `steps` tree steps (verify with tree_parent + accept_tree_path + commit_cursors) captured once, replayed `replays`

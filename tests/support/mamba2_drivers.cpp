@@ -4,6 +4,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <gtest/gtest.h>
+
 #include "replayssm/cursor.hpp"
 
 namespace replayssm::test::m2 {
@@ -403,6 +405,15 @@ RunLog run_spec(Problem& pb, const SpecOpts& o, const Backend& be) {
   }
   log.unused_ok = unused.same(pb, pools);
   return log;
+}
+
+void expect_spec_run_clean(const RunLog& log, const Tol& tol) {
+  EXPECT_LE(log.max_out(), tol.out);
+  EXPECT_LE(log.max_state(), tol.state);
+  EXPECT_GT(log.flushes, 0);
+  EXPECT_TRUE(log.cursor_ok);
+  EXPECT_TRUE(log.padding_ok);
+  EXPECT_TRUE(log.unused_ok);
 }
 
 RunLog run_classic_spec(Problem& pb, int T, int steps, const Backend& be) {

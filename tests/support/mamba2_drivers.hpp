@@ -73,6 +73,9 @@ struct SpecOpts {
 };
 RunLog run_spec(Problem& pb, const SpecOpts& o, const Backend& be);
 
+// gtest expectations on a run_spec log: errors within tol, some flush, cursors / padding / unused slots as they must be.
+void expect_spec_run_clean(const RunLog& log, const Tol& tol);
+
 // pb.s.slots must be >= live rows * window.
 RunLog run_classic_spec(Problem& pb, int window, int steps, const Backend& be);
 
