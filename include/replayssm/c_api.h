@@ -113,6 +113,24 @@ REPLAYSSM_C_EXPORT int replayssm_mamba2_spec_verify(
     const DLTensor* cursor, const DLTensor* slot_idx, const DLTensor* query_start_loc, const DLTensor* out,
     void* stream);
 
+/* Tree speculation (mamba2.hpp, VerifyArgs::tree_parent): replayssm_mamba2_spec_verify with tree_parent [tokens] int32,
+ * each window token's parent within its window (-1 at token 0; NULL: a chain). Then, per layer,
+ * replayssm_mamba2_accept_tree_path (the accepted path's ring entries to w, w + 1, ..; the cursor is read) and
+ * replayssm_commit_cursors once with the same num_accepted. */
+REPLAYSSM_C_EXPORT int replayssm_mamba2_spec_verify_tree(
+    int heads, int headdim, int dstate, int groups, int history, int window,
+    const DLTensor* x, const DLTensor* dt, const DLTensor* B, const DLTensor* C, const DLTensor* z,
+    const DLTensor* A, const DLTensor* dt_bias, const DLTensor* D, int dt_softplus,
+    const DLTensor* checkpoint, const DLTensor* x_ring, const DLTensor* dt_ring, const DLTensor* B_ring,
+    const DLTensor* cursor, const DLTensor* slot_idx, const DLTensor* query_start_loc, const DLTensor* tree_parent,
+    const DLTensor* out, void* stream);
+
+REPLAYSSM_C_EXPORT int replayssm_mamba2_accept_tree_path(
+    int heads, int headdim, int dstate, int groups, int history, int window,
+    const DLTensor* x_ring, const DLTensor* dt_ring, const DLTensor* B_ring, const DLTensor* cursor,
+    const DLTensor* slot_idx, const DLTensor* query_start_loc, const DLTensor* tree_parent,
+    const DLTensor* accepted_leaf, const DLTensor* num_accepted, void* stream);
+
 REPLAYSSM_C_EXPORT int replayssm_mamba2_classic_spec_decode(
     int heads, int headdim, int dstate, int groups, int window,
     const DLTensor* x, const DLTensor* dt, const DLTensor* B, const DLTensor* C, const DLTensor* z,

@@ -131,8 +131,33 @@ struct VerifyArgs {
   // with pdl) batch 8 -3 % (-12 % with layers back to back), batch 32 +3 %, batch 64-512 +5-9 %. Larger grids launch
   // without it (same results), so an engine may leave it on at every batch.
   bool pdl = false;
+  // Tree speculation (EAGLE-style draft trees), optional: [tokens] int32, each window token's parent as an index within
+  // its row's window: -1 for token 0, 0 <= parent < j for token j (topological order). Output j is then causal along the
+  // path 0 -> .. -> j only: the state after the history and that path's tokens. Absent = a chain (parent j - 1). No state
+  // is written for any node, as for a chain; the window's inputs go into the ring at logical w + j. Once the engine has
+  // picked the accepted path, accept_tree_path() moves its tokens to w, w + 1, .. on every layer, and commit_cursors()
+  // advances by its length. CUDA: launched without pdl (the flag is ignored), and opt-in with REPLAYSSM_CUDA_TREES=1
+  // until its GPU tests have run (written and compiled, not yet run on a GPU: forty-second session).
+  TensorView tree_parent;
 };
 void spec_verify(const VerifyArgs& args, Stream stream = nullptr);
+
+// ---- tree speculation: keep the accepted path's ring entries ----
+// After spec_verify with a tree_parent and before commit_cursors (which reads the same num_accepted): per row, the path
+// 0 = a_0 -> a_1 -> .. -> a_{k-1} = accepted_leaf (k = num_accepted) is read from tree_parent, and the ring entries of
+// window token a_i (x, delta, B) move to logical w + i. Rows whose path is the chain prefix move nothing. Only the rings
+// are written; the cursor is read. Run it on every layer (each layer has its own rings), then commit_cursors once.
+struct TreeAcceptArgs {
+  Mamba2Geometry geo;
+  SpecConfig spec;
+  SpecCache cache;             // x_ring, dt_ring, B_ring rewritten; cursor read; checkpoint not used
+  TensorView slot_idx;         // [rows] int32, < 0 = padding
+  TensorView query_start_loc;  // [rows + 1] int32, as given to spec_verify
+  TensorView tree_parent;      // [tokens] int32, as given to spec_verify
+  TensorView accepted_leaf;    // [rows] int32, window index of the row's last accepted token (0 .. window length - 1)
+  TensorView num_accepted;     // [rows] int32, the path's length: depth of accepted_leaf + 1 (commit_cursors' argument)
+};
+void accept_tree_path(const TreeAcceptArgs& args, Stream stream = nullptr);
 
 // ---- classic speculative path (the comparator): one full state written per window token ----
 // Row i starts from the state in slot state_indices[i][num_accepted[i] - 1] (the accepted prefix of

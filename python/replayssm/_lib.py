@@ -114,6 +114,8 @@ _SIGNATURES = {
     "replayssm_mamba2_materialize": ([_I] * 4 + [_T] * 7 + [_P], _I),
     "replayssm_mamba2_export_state": ([_I] * 4 + [_T] * 9 + [_P], _I),
     "replayssm_mamba2_spec_verify": (_M2[:4] + [_I, _I] + _M2[4:] + [_T] * 8 + [_P], _I),
+    "replayssm_mamba2_spec_verify_tree": (_M2[:4] + [_I, _I] + _M2[4:] + [_T] * 9 + [_P], _I),
+    "replayssm_mamba2_accept_tree_path": ([_I] * 6 + [_T] * 9 + [_P], _I),
     "replayssm_mamba2_classic_spec_decode": (_M2[:4] + [_I] + _M2[4:] + [_T] * 5 + [_P], _I),
     "replayssm_gdn_decode": (_GDN + [_T] * 3 + [_P], _I),
     "replayssm_gdn_replay_decode": (_GDN + [_T] * 7 + [_P], _I),

@@ -120,6 +120,14 @@ class Mamba2ReplayCaches(_ReplayCaches):
         self.state_dtype, self.act_dtype = state_dtype, act_dtype
         super().__init__(num_layers, slots, ring_len, history, window, device)
 
+    def commit_tree(self, slot_idx, query_start_loc, tree_parent, accepted_leaf, num_accepted, pdl=False):
+        """Tree speculation, after every layer verified with tree_parent: each layer's accepted paths moved in its
+        rings (ops.mamba2_accept_tree_path), then the cursors advanced by num_accepted once (commit)."""
+        for L in self.layers:
+            ops.mamba2_accept_tree_path(L["x_ring"], L["dt_ring"], L["B_ring"], self.cursor, slot_idx, query_start_loc,
+                                        tree_parent, accepted_leaf, num_accepted, self.history, self.window)
+        self.commit(slot_idx, num_accepted, query_start_loc, pdl=pdl)
+
     def _export(self, i, src, dst_pool, dst, A):
         """A: the layer's A (float32 [heads]), or a list with one per layer."""
         L = self.layers[i]

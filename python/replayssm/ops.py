@@ -138,13 +138,34 @@ def mamba2_spec_verify(
     checkpoint: Tensor, x_ring: Tensor, dt_ring: Tensor, B_ring: Tensor, cursor: Tensor,
     slot_idx: Tensor, query_start_loc: Tensor, out: Tensor, history: int, window: int,
     z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None, D: Optional[Tensor] = None,
-    dt_softplus: bool = True, pdl: bool = False,
+    dt_softplus: bool = True, pdl: bool = False, tree_parent: Optional[Tensor] = None,
 ) -> None:
     """ReplaySSM speculative verify of packed windows (query_start_loc); follow with commit_cursors.
-    pdl: launch as a programmatic dependent of the previous kernel (mamba2.hpp, VerifyArgs::pdl)."""
-    _launch_pdl(pdl, "replayssm_mamba2_spec_verify", x.device, *_m2_geometry(x, B), history, window, x, dt, B, C, z,
-                A, dt_bias, D, int(dt_softplus), checkpoint, x_ring, dt_ring, B_ring, cursor, slot_idx,
-                query_start_loc, out)
+    pdl: launch as a programmatic dependent of the previous kernel (mamba2.hpp, VerifyArgs::pdl).
+    tree_parent: [tokens] int32, a draft tree (each window token's parent within its window, -1 at token 0); then
+    mamba2_accept_tree_path on every layer before commit_cursors (mamba2.hpp, VerifyArgs::tree_parent)."""
+    if tree_parent is None:
+        _launch_pdl(pdl, "replayssm_mamba2_spec_verify", x.device, *_m2_geometry(x, B), history, window, x, dt, B, C,
+                    z, A, dt_bias, D, int(dt_softplus), checkpoint, x_ring, dt_ring, B_ring, cursor, slot_idx,
+                    query_start_loc, out)
+    else:
+        _launch_pdl(pdl, "replayssm_mamba2_spec_verify_tree", x.device, *_m2_geometry(x, B), history, window, x, dt,
+                    B, C, z, A, dt_bias, D, int(dt_softplus), checkpoint, x_ring, dt_ring, B_ring, cursor, slot_idx,
+                    query_start_loc, tree_parent, out)
+
+
+@_op("x_ring", "dt_ring", "B_ring")
+def mamba2_accept_tree_path(
+    x_ring: Tensor, dt_ring: Tensor, B_ring: Tensor, cursor: Tensor, slot_idx: Tensor, query_start_loc: Tensor,
+    tree_parent: Tensor, accepted_leaf: Tensor, num_accepted: Tensor, history: int, window: int,
+) -> None:
+    """Tree speculation, per layer after mamba2_spec_verify(tree_parent=...): the accepted path's ring entries (the
+    path from window token 0 to accepted_leaf, num_accepted tokens long) move to w, w + 1, ..; the cursor is only
+    read. Then commit_cursors once with the same num_accepted (mamba2.hpp, accept_tree_path)."""
+    _, heads, _, headdim = _sizes(x_ring, "cache.x_ring", 4, "[slots, heads, ring, headdim]")
+    _, groups, _, dstate = _sizes(B_ring, "cache.B_ring", 4, "[slots, groups, ring, dstate]")
+    launch("replayssm_mamba2_accept_tree_path", x_ring.device, heads, headdim, dstate, groups, history, window,
+           x_ring, dt_ring, B_ring, cursor, slot_idx, query_start_loc, tree_parent, accepted_leaf, num_accepted)
 
 
 @_op("state", "out")

@@ -90,6 +90,18 @@ int replayssm_mamba2_spec_verify(int heads, int headdim, int dstate, int groups,
                                  const DLTensor* dt_ring, const DLTensor* B_ring, const DLTensor* cursor,
                                  const DLTensor* slot_idx, const DLTensor* query_start_loc, const DLTensor* out,
                                  void* stream) {
+  return replayssm_mamba2_spec_verify_tree(heads, headdim, dstate, groups, history, window, x, dt, B, C, z, A, dt_bias,
+                                           D, dt_softplus, checkpoint, x_ring, dt_ring, B_ring, cursor, slot_idx,
+                                           query_start_loc, nullptr, out, stream);  // no tree: a chain
+}
+
+int replayssm_mamba2_spec_verify_tree(int heads, int headdim, int dstate, int groups, int history, int window,
+                                      const DLTensor* x, const DLTensor* dt, const DLTensor* B, const DLTensor* C,
+                                      const DLTensor* z, const DLTensor* A, const DLTensor* dt_bias, const DLTensor* D,
+                                      int dt_softplus, const DLTensor* checkpoint, const DLTensor* x_ring,
+                                      const DLTensor* dt_ring, const DLTensor* B_ring, const DLTensor* cursor,
+                                      const DLTensor* slot_idx, const DLTensor* query_start_loc,
+                                      const DLTensor* tree_parent, const DLTensor* out, void* stream) {
   return guarded([&] {
     mamba2::SpecCache cache{view(checkpoint, "cache.checkpoint"), view(x_ring, "cache.x_ring"),
                             view(dt_ring, "cache.dt_ring"), view(B_ring, "cache.B_ring"),
@@ -98,7 +110,24 @@ int replayssm_mamba2_spec_verify(int heads, int headdim, int dstate, int groups,
                          weights(A, dt_bias, D, dt_softplus), cache, view(slot_idx, "slot_idx"),
                          view(query_start_loc, "query_start_loc"), view(out, "out")};
     a.pdl = capi::t_launch_pdl;
+    a.tree_parent = view(tree_parent, "tree_parent");
     mamba2::spec_verify(a, stream);
+  });
+}
+
+int replayssm_mamba2_accept_tree_path(int heads, int headdim, int dstate, int groups, int history, int window,
+                                      const DLTensor* x_ring, const DLTensor* dt_ring, const DLTensor* B_ring,
+                                      const DLTensor* cursor, const DLTensor* slot_idx,
+                                      const DLTensor* query_start_loc, const DLTensor* tree_parent,
+                                      const DLTensor* accepted_leaf, const DLTensor* num_accepted, void* stream) {
+  return guarded([&] {
+    mamba2::TreeAcceptArgs a{{heads, headdim, dstate, groups}, SpecConfig{history, window},
+                             {TensorView{}, view(x_ring, "cache.x_ring"), view(dt_ring, "cache.dt_ring"),
+                              view(B_ring, "cache.B_ring"), view(cursor, "cache.cursor")},
+                             view(slot_idx, "slot_idx"), view(query_start_loc, "query_start_loc"),
+                             view(tree_parent, "tree_parent"), view(accepted_leaf, "accepted_leaf"),
+                             view(num_accepted, "num_accepted")};
+    mamba2::accept_tree_path(a, stream);
   });
 }
 

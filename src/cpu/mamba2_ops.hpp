@@ -19,6 +19,9 @@ void mamba2_materialize(const Mamba2ReplayParams& p, const FoldDstParams& dst);
 // ReplaySSM speculative verify (circular ring, cursor (w, origin); cursors not moved).
 void mamba2_spec_verify(const Mamba2VerifyParams& p);
 
+// Tree speculation: the accepted path's ring entries (x, delta, B) to logical w + i.
+void mamba2_tree_accept(const Mamba2TreeAcceptParams& p);
+
 // Classic speculative path: one state stored per window token.
 void mamba2_classic_spec(const Mamba2ClassicSpecParams& p);
 

@@ -5,7 +5,8 @@
 //  * otherwise: the window outputs from S0 + history, no state write.
 // Window output t is causal: y_t = exp(A c_e) (base C_t) + sum_{k <= e} delta_k exp(A (c_e - c_k))
 // (B_k . C_t) x_k, e = the prefix length + t. Either way the window's (x, delta, B) go into the
-// ring at logical w..w+n-1 (the commit decides which of them become history).
+// ring at logical w..w+n-1 (the commit decides which of them become history). With a tree (tree_parent) output t
+// replays the history and the window's path 0 -> .. -> t only.
 #include "cpu/mamba2_common.hpp"
 #include "cpu/mamba2_ops.hpp"
 
@@ -83,20 +84,36 @@ static void verify_impl(const Mamba2VerifyParams& vp) {
         for (int t = 0; t < n; ++t) Y[size_t(t) * P + i] = dot(Si, Cm + size_t(t) * N, N);
       }
 
-      // The replayed token list: tokens w-pre .. w+n-1 (history only when not flushing).
+      // The replayed token list: tokens w-pre .. w+n-1 (history only when not flushing). A tree (tree_parent) replays
+      // for output t the history and the path 0 -> .. -> t: c[pre + j] is then the sum along that path, and anc[t]
+      // marks the path's window tokens (a chain: c the running sum, anc[t] = tokens 0..t).
       const int base = w - pre;
       const T* dl = d + base;
+      const int32_t* par = vp.tree_parent ? vp.tree_parent + t0 : nullptr;
+      uint32_t anc[16];  // n <= window <= 16 (SpecConfig::validate)
       T run = T(0);
-      for (int k = 0; k < nt; ++k) { run += dl[k]; c[k] = run; }
+      for (int k = 0; k < nt; ++k) {
+        const int j = k - pre;
+        if (par && j > 0) {
+          c[k] = c[pre + par[j]] + dl[k];
+          anc[j] = anc[par[j]] | (1u << j);
+        } else {
+          run += dl[k];
+          c[k] = run;
+          if (j >= 0) anc[j] = j == 0 ? 1u : anc[j - 1] | (1u << j);
+        }
+      }
+      auto on_path = [&](int k, int t) { return k < pre || ((anc[t] >> (k - pre)) & 1u); };
       for (int t = 0; t < n; ++t)
         for (int k = 0; k <= pre + t; ++k)
-          bc[size_t(t) * nt + k] = dot(Bm + size_t(base + k) * N, Cm + size_t(t) * N, N);
+          if (on_path(k, t)) bc[size_t(t) * nt + k] = dot(Bm + size_t(base + k) * N, Cm + size_t(t) * N, N);
 
       for (int t = 0; t < n; ++t) {
         const int e = pre + t;  // last replayed token of output t
         const T total = decay(A, c[e]);
         for (int i = 0; i < P; ++i) acc[i] = total * Y[size_t(t) * P + i];
         for (int k = 0; k <= e; ++k) {
+          if (!on_path(k, t)) continue;
           const T fk = dl[k] * decay(A, c[e] - c[k]) * bc[size_t(t) * nt + k];
           const T* xk = X + size_t(base + k) * P;
           for (int i = 0; i < P; ++i) acc[i] += fk * xk[i];

@@ -30,6 +30,8 @@
 //     window are one 16-bit type, non-fold rows take m16n8k16 on the loaded state pairs instead (no conversions);
 //  e. y_s = exp(A c_e) (S C_s) + sum_k f[k][s] x_k (m16n8k8: A = X^T, B = f) + D x_s, gate, store.
 //     No state write (non-flush).
+// Trees (VerifyArgs::tree_parent): the same steps; in b the causal mask and the decay sums follow each window token's
+// path instead of the window order (instances of their own, TREE).
 #include "cuda/common.cuh"
 #include "cuda/launch_util.cuh"
 #include "cuda/ops.hpp"
@@ -66,7 +68,11 @@ size_t smem_bytes(int N, int kmax, int PC) {
 // LEAN (state and window of one 16-bit type, CTAs of <= 5 warps, grids of more than kLean16MinWaves; lean16()): 96
 // registers instead of 128, so 5 CTAs of 4 warps an SM instead of 4 (Nano's 5-warp CTAs: 4 instead of 3). The pair
 // readout leaves those instances 8-16 bytes of spills (fp32 state needed 68-84 and lost 4-10 %, twenty-ninth session).
-template <class ST, class AT, int N, bool PDL, bool LEAN = false>
+// TREE (VerifyArgs::tree_parent): window token s replays the history and its path 0 -> .. -> s only. The chain's
+// suffix sums q_k keep their role: a window token j takes q_j = the window deltas off its path, so that q_j - q_s is the
+// sum along the path after j (j on the path of s), and history tokens keep theirs (see tree_path / tree_q below). An
+// instance of its own: the chain instances are the code as before.
+template <class ST, class AT, int N, bool PDL, bool LEAN = false, bool TREE = false>
 __global__ void __launch_bounds__(LEAN ? 160 : 256, LEAN ? 4 : 2)
 spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const unsigned hpg, const unsigned hpg_magic,
                    const bool aligned) {
@@ -82,6 +88,7 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
 
   __shared__ __align__(16) float s_F[kMaxRing * kMaxWin];  // f[k][s], written as float2
   __shared__ float s_del[kMaxRing];                        // delta of logical token k
+  __shared__ int s_par[kMaxWin];                           // TREE: window token j's parent (-1 for j = 0)
   extern __shared__ __align__(16) unsigned char s_dyn[];
 
   const Mamba2StepParams& p = vp.step;
@@ -218,6 +225,9 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
       for (int e = 0; e < 2; ++e)
         if (ok[r] && 2 * t + e < n) zraw[r][e] = zh[e * p.z_tok + pr[r]];
   }
+  if constexpr (TREE) {
+    if (tid < n) s_par[tid] = vp.tree_parent[t0 + tid];
+  }
   // Deltas: a strided loop (a CTA may have fewer threads than the 64 logical tokens of a ring of 64).
   for (int k = tid; k < ntok; k += nthreads) {
     const int pos = (origin + k) & mask;
@@ -267,7 +277,35 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
   // tokens, so no long cancellation); the sum over (k, e] is q_k - q_e.
   const SuffixScan64 qs(lane < KL ? s_del[base + lane] : 0.f, lane + 32 < KL ? s_del[base + lane + 32] : 0.f, lane);
   const int e0 = pre + 2 * t;  // replayed index of the lane's window positions s = 2t, 2t + 1
-  const float qe[2] = {qs.at(min(e0, kMaxRing - 1)), qs.at(min(e0 + 1, kMaxRing - 1))};
+  float qe[2] = {qs.at(min(e0, kMaxRing - 1)), qs.at(min(e0 + 1, kMaxRing - 1))};
+  // TREE: window token j's path as bits (j and its ancestors), and its q: the window deltas off that path. The walk
+  // stops on a parent that does not precede its child (bad values: validated on the host where readable).
+  auto tree_path = [&](int j) {
+    uint32_t m = 0u;
+#pragma unroll 1
+    for (int i = 0; i < kMaxWin && j >= 0; ++i) {
+      m |= 1u << j;
+      const int pj = s_par[j];
+      j = pj < j ? pj : -1;
+    }
+    return m;
+  };
+  auto tree_q = [&](uint32_t path) {
+    float q = 0.f;
+#pragma unroll 1
+    for (int i = 0; i < n; ++i)
+      if (!((path >> i) & 1u)) q += s_del[w + i];
+    return q;
+  };
+  uint32_t spath[2] = {0u, 0u};  // TREE: the paths of the lane's window positions
+  if constexpr (TREE) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+      if (2 * t + e < n) {
+        spath[e] = tree_path(2 * t + e);
+        qe[e] = tree_q(spath[e]);
+      }
+  }
   const AT* Cg = s_C + size_t(g) * BS;  // B operand (n = g): window position g's C
   const int MT = (KL + 15) >> 4;
   for (int mt = warp; mt < MT; mt += nw) {
@@ -305,7 +343,16 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
         mma_passes<2, 2>(acc[kt & 1], ah, al, bh[0], bh[1], bl[0], bl[1]);
       }
     }
-    const float qk[2] = {qs.at(kl[0]), qs.at(kl[1])};
+    float qk[2] = {qs.at(kl[0]), qs.at(kl[1])};
+    uint32_t kbit[2] = {0u, 0u};  // TREE: window token kl - pre as a path bit (0 for history rows)
+    if constexpr (TREE) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (rv[r] && kl[r] >= pre) {
+          kbit[r] = 1u << (kl[r] - pre);
+          qk[r] = tree_q(tree_path(kl[r] - pre));
+        }
+    }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float dk = rv[r] ? s_del[base + kl[r]] : 0.f;
@@ -314,7 +361,10 @@ spec_verify_kernel(const Mamba2VerifyParams vp, const int tiles_per_cta, const u
       for (int e = 0; e < 2; ++e) {
         const int s = 2 * t + e;
         const float bc = acc[0][2 * r + e] + acc[1][2 * r + e];
-        f[e] = s < n && kl[r] <= pre + s ? dk * decay_exp(A * (qk[r] - qe[e])) * bc : 0.f;
+        bool causal;
+        if constexpr (TREE) causal = kl[r] < pre || (spath[e] & kbit[r]) != 0u;
+        else causal = kl[r] <= pre + s;
+        f[e] = s < n && causal ? dk * decay_exp(A * (qk[r] - qe[e])) * bc : 0.f;
       }
       *reinterpret_cast<float2*>(&s_F[kl[r] * kMaxWin + 2 * t]) = make_float2(f[0], f[1]);
     }
@@ -500,16 +550,16 @@ bool lean16(K kernel, const dim3& grid, const dim3& block, size_t smem) {
   return !grid_fits_waves(kernel, (long long)grid.x * grid.y * grid.z, int(block.x), smem, kLean16MinWaves, "spec_verify");
 }
 
-template <class ST, class AT, int N, bool PDL>
+template <class ST, class AT, int N, bool PDL, bool TREE = false>
 void launch(const Mamba2VerifyParams& p, cudaStream_t st) {
   // whole heads per CTA at every batch (launch_util.cuh, choose_psplit; batch 8, T = 4: -2 % against split heads)
   const PSplit sp = forced_psplit(choose_psplit(p.step.rows, p.step.heads, p.step.headdim, 0), p.step.headdim);
   const dim3 grid(unsigned(p.step.heads), unsigned(p.step.rows), unsigned(sp.chunks));
   const dim3 block(unsigned(32 * sp.tiles_per_cta));
   const size_t smem = smem_bytes<AT>(N, p.history + p.window, sp.tiles_per_cta * 16);
-  auto kernel = spec_verify_kernel<ST, AT, N, PDL>;
+  auto kernel = spec_verify_kernel<ST, AT, N, PDL, false, TREE>;
   if constexpr (kPairTypes<ST, AT>)  // LEAN's registers come from the pair readout
-    if (block.x <= 160 && lean16(kernel, grid, block, smem)) kernel = spec_verify_kernel<ST, AT, N, PDL, true>;
+    if (block.x <= 160 && lean16(kernel, grid, block, smem)) kernel = spec_verify_kernel<ST, AT, N, PDL, true, TREE>;
   allow_dynamic_smem(kernel, smem, "spec_verify");
   if constexpr (PDL) {
     if (!grid_within_waves(kernel, (long long)grid.x * grid.y * grid.z, int(block.x), smem, kPdlMaxWaves, "spec_verify"))
@@ -543,7 +593,9 @@ void mamba2_spec_verify(const Mamba2VerifyParams& p, Stream stream) {
       using AT = decltype(a);
       with_dstate(p.step.dstate, [&](auto n) {
         constexpr int N = decltype(n)::value;
-        use_pdl(p.step.pdl) ? launch<ST, AT, N, true>(p, st) : launch<ST, AT, N, false>(p, st);
+        if (p.tree_parent) launch<ST, AT, N, false, true>(p, st);  // trees: no pdl instance (VerifyArgs::tree_parent)
+        else if (use_pdl(p.step.pdl)) launch<ST, AT, N, true>(p, st);
+        else launch<ST, AT, N, false>(p, st);
       });
     });
   });

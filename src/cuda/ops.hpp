@@ -22,6 +22,7 @@ void cursor_commit(const CursorParams& p, Stream stream);
 void cursor_reset(const CursorParams& p, Stream stream);
 void mamba2_spec_verify(const Mamba2VerifyParams& p, Stream stream);       // mamba2_spec_verify.cu
 void mamba2_classic_spec(const Mamba2ClassicSpecParams& p, Stream stream);  // mamba2_classic_spec.cu
+void mamba2_tree_accept(const Mamba2TreeAcceptParams& p, Stream stream);    // mamba2_tree_accept.cu
 
 // Gated DeltaNet (issue 6); head_k_dim, head_v_dim in {64, 128} (checked in src/dispatch/gdn.cpp).
 void gdn_decode(const GdnStepParams& p, Stream stream);             // gdn_decode.cu

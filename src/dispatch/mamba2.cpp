@@ -24,27 +24,6 @@ namespace {
 
 constexpr int kMaxRing = 64;
 
-// The ring tensors of either cache kind: [slots, H, R, P], [slots, H, R], [slots, G, R, N]. `pre`: the cache's name.
-void check_rings(const Mamba2Geometry& geo, const TensorView& x_ring, const TensorView& dt_ring,
-                 const TensorView& B_ring, DType act, Device dev, int64_t slots, int64_t R,
-                 const std::string& pre = "cache") {
-  const int64_t H = geo.heads, P = geo.headdim, N = geo.dstate, G = geo.groups;
-  check_pool((pre + ".x_ring").c_str(), x_ring, {{H, "heads"}, {R, "ring"}, {P, "headdim"}}, act, dev, slots);
-  check_pool((pre + ".dt_ring").c_str(), dt_ring, {{H, "heads"}, {R, "ring"}}, DType::f32, dev, slots);
-  check_pool((pre + ".B_ring").c_str(), B_ring, {{G, "groups"}, {R, "ring"}, {N, "dstate"}}, act, dev, slots);
-}
-
-Mamba2RingParams ring_params(const TensorView& x_ring, const TensorView& dt_ring, const TensorView& B_ring,
-                             const TensorView& cursor, int R) {
-  Mamba2RingParams r;
-  r.ring = R;
-  r.x_ring = x_ring.data;                          r.xr_slot = x_ring.stride[0];
-  r.dt_ring = static_cast<float*>(dt_ring.data);   r.dtr_slot = dt_ring.stride[0];
-  r.B_ring = B_ring.data;                          r.Br_slot = B_ring.stride[0];
-  r.cursor = static_cast<int32_t*>(cursor.data);   r.cursor_slot = cursor.stride[0];
-  return r;
-}
-
 // A cache after its checkpoint (slots from it), the ring length taken from the x ring: the rings, the cursor ([slots]
 // int32 for a standard cache, L in [1, kMaxRing]; [slots, 2] (w, origin) for a speculative one, whose ring length is a
 // power of two). Returns the ring length. (replay_decode, materialize, export_state)
@@ -242,7 +221,11 @@ void spec_verify(const VerifyArgs& a, Stream stream) {
   check_pool("cache.cursor", c.cursor, {{2, "(w, origin)"}}, DType::i32, info.dev, slots);
 
   auto ids = check_slot_values("slot_idx", a.slot_idx, slots, stream);
-  check_qsl(a.query_start_loc, rows, a.spec.window, info.tokens, stream);
+  auto qsl = check_qsl(a.query_start_loc, rows, a.spec.window, info.tokens, stream);
+  if (a.tree_parent.defined()) {
+    check_tree_parent(a.tree_parent, info.dev, info.tokens, ids, qsl, stream);
+    require_cuda_tree_opt_in(info.dev);
+  }
   auto cur = detail::read_int32(c.cursor, stream);
   if (ids && cur)
     for (int32_t s : *ids) {
@@ -258,6 +241,7 @@ void spec_verify(const VerifyArgs& a, Stream stream) {
   p.query_start_loc = static_cast<const int32_t*>(a.query_start_loc.data);
   p.history = a.spec.history;
   p.window = a.spec.window;
+  p.tree_parent = static_cast<const int32_t*>(a.tree_parent.data);
   p.step.pdl = a.pdl;
   if (info.dev.type == DeviceType::cuda) {
     detail::require_cuda_device("device", info.dev);

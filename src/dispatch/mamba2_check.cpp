@@ -1,5 +1,6 @@
 #include "dispatch/mamba2_check.hpp"
 
+#include <cstdlib>
 #include <string>
 
 #include "core/host_read.hpp"
@@ -147,6 +148,57 @@ void fill_step(Mamba2StepParams& p, const Mamba2Geometry& geo, const mamba2::Tok
   p.state = state.data;
   p.state_slot = state.stride[0];
   p.slots = state.shape[0];
+}
+
+void check_rings(const Mamba2Geometry& geo, const TensorView& x_ring, const TensorView& dt_ring,
+                 const TensorView& B_ring, DType act, Device dev, int64_t slots, int64_t R, const std::string& pre) {
+  const int64_t H = geo.heads, P = geo.headdim, N = geo.dstate, G = geo.groups;
+  check_pool((pre + ".x_ring").c_str(), x_ring, {{H, "heads"}, {R, "ring"}, {P, "headdim"}}, act, dev, slots);
+  check_pool((pre + ".dt_ring").c_str(), dt_ring, {{H, "heads"}, {R, "ring"}}, DType::f32, dev, slots);
+  check_pool((pre + ".B_ring").c_str(), B_ring, {{G, "groups"}, {R, "ring"}, {N, "dstate"}}, act, dev, slots);
+}
+
+Mamba2RingParams ring_params(const TensorView& x_ring, const TensorView& dt_ring, const TensorView& B_ring,
+                             const TensorView& cursor, int R) {
+  Mamba2RingParams r;
+  r.ring = R;
+  r.x_ring = x_ring.data;                          r.xr_slot = x_ring.stride[0];
+  r.dt_ring = static_cast<float*>(dt_ring.data);   r.dtr_slot = dt_ring.stride[0];
+  r.B_ring = B_ring.data;                          r.Br_slot = B_ring.stride[0];
+  r.cursor = static_cast<int32_t*>(cursor.data);   r.cursor_slot = cursor.stride[0];
+  return r;
+}
+
+std::optional<std::vector<int32_t>> check_tree_parent(const TensorView& tree_parent, Device dev, int64_t tokens,
+                                                      const std::optional<std::vector<int32_t>>& slot_ids,
+                                                      const std::optional<std::vector<int32_t>>& qsl, Stream stream) {
+  Arg a("tree_parent", tree_parent);
+  a.required().shape({{tokens, "tokens"}}).dtype(DType::i32).device(dev).nonnegative_strides();
+  if (tree_parent.shape[0] > 1 && tree_parent.stride[0] != 1)
+    a.fail("must be contiguous (stride 1), got strides " + tree_parent.stride_string());
+  auto par = detail::read_int32(tree_parent, stream);
+  if (!par || !qsl || !slot_ids) return par;
+  for (size_t row = 0; row < slot_ids->size(); ++row) {
+    if ((*slot_ids)[row] < 0) continue;
+    const int32_t t0 = (*qsl)[row], n = (*qsl)[row + 1] - t0;
+    for (int32_t j = 0; j < n; ++j) {
+      const int32_t v = (*par)[size_t(t0 + j)];
+      if (j == 0 ? v == -1 : (v >= 0 && v < j)) continue;
+      throw Error("tree_parent", "tree_parent[" + std::to_string(t0 + j) + "] (row " + std::to_string(row) +
+                                     ", window token " + std::to_string(j) + ") is " + std::to_string(v) + ", expected " +
+                                     (j == 0 ? std::string("-1 (a window's first token is the root)")
+                                             : "0.." + std::to_string(j - 1) + " (a parent comes before its child)"));
+    }
+  }
+  return par;
+}
+
+void require_cuda_tree_opt_in(Device dev) {
+  if (dev.type != DeviceType::cuda) return;
+  const char* e = std::getenv("REPLAYSSM_CUDA_TREES");
+  if (e && std::string(e) == "1") return;
+  throw Error("tree_parent", "tree speculation on CUDA is compiled but its GPU tests have not run yet; set "
+                             "REPLAYSSM_CUDA_TREES=1 to use it (the CPU backend runs it, tested)");
 }
 
 }  // namespace replayssm::detail::m2

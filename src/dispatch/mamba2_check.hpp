@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/check.hpp"
@@ -44,5 +45,22 @@ std::optional<std::vector<int32_t>> check_qsl(const TensorView& qsl, int64_t row
 void fill_step(Mamba2StepParams& p, const Mamba2Geometry& geo, const mamba2::TokenInputs& in,
                const mamba2::Weights& w, const TensorView& out, DType act, int64_t tokens, int64_t rows,
                const TensorView& slot_idx, const TensorView& state);
+
+// The ring tensors of either cache kind: [slots, H, R, P], [slots, H, R], [slots, G, R, N]. `pre`: the cache's name.
+void check_rings(const Mamba2Geometry& geo, const TensorView& x_ring, const TensorView& dt_ring,
+                 const TensorView& B_ring, DType act, Device dev, int64_t slots, int64_t R,
+                 const std::string& pre = "cache");
+Mamba2RingParams ring_params(const TensorView& x_ring, const TensorView& dt_ring, const TensorView& B_ring,
+                             const TensorView& cursor, int R);
+
+// tree_parent [tokens] int32 (spec_verify, accept_tree_path); where readable, for every live row's window (qsl) -1 at
+// token 0 and 0 <= parent < j at token j. Returns the values.
+std::optional<std::vector<int32_t>> check_tree_parent(const TensorView& tree_parent, Device dev, int64_t tokens,
+                                                      const std::optional<std::vector<int32_t>>& slot_ids,
+                                                      const std::optional<std::vector<int32_t>>& qsl, Stream stream);
+
+// Tree speculation on CUDA is opt-in until its GPU tests have run (they were written and compiled in the forty-second
+// session, when no device machine came): throws Error("tree_parent") on a CUDA device unless REPLAYSSM_CUDA_TREES=1.
+void require_cuda_tree_opt_in(Device dev);
 
 }  // namespace replayssm::detail::m2

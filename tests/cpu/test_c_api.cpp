@@ -335,3 +335,73 @@ TEST(CApi, ExportStateMatchesTheCppOpForBothCacheKinds) {
 }
 
 }  // namespace
+
+// Tree speculation through the C ABI (replayssm_mamba2_spec_verify_tree, replayssm_mamba2_accept_tree_path): the same
+// outputs and rings as the C++ ops on copies of the same data, and a bad tree named with nothing written.
+TEST(CApi, Mamba2TreeVerifyAndAcceptMatchTheCppOps) {
+  constexpr int H = 4, P = 8, N = 16, G = 2, slots = 3, history = 4, window = 4, R = 8, tokens = 6;
+  auto fill = [](std::vector<float>& v, float scale, int salt) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int((i * 7919 + size_t(salt)) % 23) - 11) / 11.f;
+  };
+  Dl<float> x({tokens, H, P}, kF32), dt({tokens, H}, kF32), B({tokens, G, N}, kF32), C({tokens, G, N}, kF32);
+  Dl<float> A({H}, kF32, -0.5f), ck({slots, H, P, N}, kF32), xr({slots, H, R, P}, kF32, 3.f), dtr({slots, H, R}, kF32, 3.f),
+      br({slots, G, R, N}, kF32, 3.f), out({tokens, H, P}, kF32, -7.f);
+  fill(x.data, 1.f, 1); fill(dt.data, 1.f, 2); fill(B.data, 1.f, 3); fill(C.data, 1.f, 4); fill(ck.data, 0.5f, 5);
+  Dl<int32_t> cursor({slots, 2}, kI32), slot_idx({2}, kI32), qsl({3}, kI32), par({tokens}, kI32), leaf({2}, kI32),
+      acc({2}, kI32);
+  slot_idx.data = {2, 0};
+  qsl.data = {0, 4, 6};
+  par.data = {-1, 0, 0, 2, -1, 0};  // row 0: 0 -> {1, 2}, 2 -> 3; row 1: 0 -> 1
+  leaf.data = {3, 1};
+  acc.data = {3, 2};
+  // The C++ ops on copies first.
+  auto xr2 = xr, dtr2 = dtr, br2 = br, out2 = out, ck2 = ck;
+  xr2.t.data = xr2.data.data(); dtr2.t.data = dtr2.data.data(); br2.t.data = br2.data.data();
+  out2.t.data = out2.data.data(); ck2.t.data = ck2.data.data();
+  using namespace replayssm;
+  const mamba2::SpecCache cache2{ck2.view(), xr2.view(), dtr2.view(), br2.view(), cursor.view()};
+  mamba2::VerifyArgs va{{H, P, N, G}, SpecConfig{history, window}, {x.view(), dt.view(), B.view(), C.view(), {}},
+                        {A.view(), {}, {}, true}, cache2, slot_idx.view(), qsl.view(), out2.view()};
+  va.tree_parent = par.view();
+  mamba2::spec_verify(va);
+  mamba2::accept_tree_path({{H, P, N, G}, SpecConfig{history, window}, cache2, slot_idx.view(), qsl.view(), par.view(),
+                            leaf.view(), acc.view()});
+
+  Dl<int32_t> bad({tokens}, kI32);
+  bad.data = {-1, 0, 3, 2, -1, 0};  // token 2's parent after it
+  const auto out0 = out.data, xr0 = xr.data;
+  EXPECT_EQ(replayssm_mamba2_spec_verify_tree(H, P, N, G, history, window, &x.t, &dt.t, &B.t, &C.t, nullptr, &A.t, nullptr,
+                                              nullptr, 1, &ck.t, &xr.t, &dtr.t, &br.t, &cursor.t, &slot_idx.t, &qsl.t,
+                                              &bad.t, &out.t, nullptr),
+            REPLAYSSM_ERROR);
+  EXPECT_STREQ(replayssm_last_error_argument(), "tree_parent");
+  EXPECT_EQ(out.data, out0);
+  EXPECT_EQ(xr.data, xr0);
+
+  ASSERT_EQ(replayssm_mamba2_spec_verify_tree(H, P, N, G, history, window, &x.t, &dt.t, &B.t, &C.t, nullptr, &A.t, nullptr,
+                                              nullptr, 1, &ck.t, &xr.t, &dtr.t, &br.t, &cursor.t, &slot_idx.t, &qsl.t,
+                                              &par.t, &out.t, nullptr),
+            REPLAYSSM_OK)
+      << replayssm_last_error();
+  Dl<int32_t> bad_acc({2}, kI32);
+  bad_acc.data = {4, 2};  // the path to token 3 is 0 -> 2 -> 3: 3 tokens
+  const auto xr1 = xr.data;
+  EXPECT_EQ(replayssm_mamba2_accept_tree_path(H, P, N, G, history, window, &xr.t, &dtr.t, &br.t, &cursor.t, &slot_idx.t,
+                                              &qsl.t, &par.t, &leaf.t, &bad_acc.t, nullptr),
+            REPLAYSSM_ERROR);
+  EXPECT_STREQ(replayssm_last_error_argument(), "num_accepted");
+  EXPECT_EQ(xr.data, xr1);
+  ASSERT_EQ(replayssm_mamba2_accept_tree_path(H, P, N, G, history, window, &xr.t, &dtr.t, &br.t, &cursor.t, &slot_idx.t,
+                                              &qsl.t, &par.t, &leaf.t, &acc.t, nullptr),
+            REPLAYSSM_OK)
+      << replayssm_last_error();
+  EXPECT_EQ(out.data, out2.data);
+  EXPECT_EQ(xr.data, xr2.data);
+  EXPECT_EQ(dtr.data, dtr2.data);
+  EXPECT_EQ(br.data, br2.data);
+  EXPECT_NE(out.data, out0);  // the windows were written
+  // Row 0's path 0 -> 2 -> 3 now sits at logical 0, 1, 2 of slot 2 (w = 0, origin 0): position 1 holds token 2's x.
+  for (int h = 0; h < H; ++h)
+    for (int p = 0; p < P; ++p)
+      EXPECT_EQ(xr.data[size_t(((2 * H + h) * R + 1) * P + p)], x.data[size_t((2 * H + h) * P + p)]);
+}

@@ -35,14 +35,6 @@ Config spec_setup(const SpecCase& c, uint64_t salt) {
   return s;
 }
 
-void expect_clean(const RunLog& log, const Tol& tol) {
-  EXPECT_LE(log.max_out(), tol.out);
-  EXPECT_LE(log.max_state(), tol.state);
-  EXPECT_GT(log.flushes, 0);
-  EXPECT_TRUE(log.cursor_ok);
-  EXPECT_TRUE(log.padding_ok);
-  EXPECT_TRUE(log.unused_ok);
-}
 
 class Mamba2SpecVerify : public ::testing::TestWithParam<SpecCase> {};
 
@@ -53,7 +45,7 @@ TEST_P(Mamba2SpecVerify, RandomAcceptanceMatchesBaseline) {
   o.spec = c.spec;
   o.steps = c.steps;
   const RunLog log = run_spec(pb, o, cpu_backend());
-  expect_clean(log, tolerance(c.dt));
+  expect_spec_run_clean(log, tolerance(c.dt));
   RecordProperty("max_out_err", std::to_string(log.max_out()));
   RecordProperty("max_state_err", std::to_string(log.max_state()));
 }
@@ -67,7 +59,7 @@ TEST_P(Mamba2SpecVerify, AcceptOneAndAllOnFlushSteps) {
   o.full_windows = true;
   o.extremes_on_flush = true;
   const RunLog log = run_spec(pb, o, cpu_backend());
-  expect_clean(log, tolerance(c.dt));
+  expect_spec_run_clean(log, tolerance(c.dt));
   EXPECT_GT(log.flush_rows_accept1, 0);
   EXPECT_GT(log.flush_rows_acceptT, 0);
 }
@@ -113,7 +105,7 @@ TEST_P(Mamba2SpecStepped, VerifyEqualsSteppedStandardDecode) {
   };
   const RunLog log = run_spec(pb, o, cpu_backend());
   const Tol tol = tolerance(c.dt);
-  expect_clean(log, tol);
+  expect_spec_run_clean(log, tol);
   EXPECT_LE(log.stepped_err, tol.out);
   ASSERT_EQ(int(log.level_err.size()), B + 1);
   for (int w = 0; w <= B; ++w) EXPECT_GE(log.level_err[size_t(w)], 0.0) << "fill level " << w << " never verified";

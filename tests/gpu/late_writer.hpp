@@ -12,13 +12,13 @@
 namespace replayssm::test {
 
 struct LateCopies {
-  static constexpr int kMax = 10;
+  static constexpr int kMax = 12;
   int n = 0;
   void* dst[kMax] = {};
   const void* src[kMax] = {};
   size_t bytes[kMax] = {};
   void add(void* d, const void* s, size_t b) {
-    if (n == kMax) throw std::runtime_error("LateCopies: at most 10 buffers");
+    if (n == kMax) throw std::runtime_error("LateCopies: at most 12 buffers");
     dst[n] = d; src[n] = s; bytes[n] = b; ++n;
   }
 };

@@ -74,7 +74,7 @@ double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) 
   return e;
 }
 
-// spec_verify / classic_spec on the GPU (device mirrors), each call also run by the CPU backend on
+// spec_verify / classic_spec / accept_tree on the GPU (device mirrors), each call also run by the CPU backend on
 // the same inputs and compared; the host tensors end up holding the GPU results. replay_decode and
 // decode stay on the CPU (the "standard ReplaySSM decode of the same window" comparator).
 // The ops' pdl flag: while g_pdl_on, every GPU call runs with it on a stream of its own, and the buffers it may read
@@ -109,8 +109,9 @@ void run_on_device(Args& d, const std::vector<TensorView>& late, Op op) {
     op(d, nullptr);
   } else {
     std::vector<std::pair<void*, size_t>> bufs;
-    for (const TensorView& v : late)
-      if (v.defined()) bufs.emplace_back(v.data, size_t(extent_elems(v)) * dtype_size(v.dtype));
+    for (const TensorView& v : late)  // past LateCopies::kMax the last ones are simply written on time
+      if (v.defined() && bufs.size() < size_t(LateCopies::kMax))
+        bufs.emplace_back(v.data, size_t(extent_elems(v)) * dtype_size(v.dtype));
     const PdlStream s(true);
     const BehindProducer producer(bufs, 100000, s.get());
     d.pdl = true;
@@ -133,19 +134,45 @@ Backend gpu_backend(CpuDiff* diff) {
       d.cache = {m.up(a.cache.checkpoint), m.up(a.cache.x_ring), m.up(a.cache.dt_ring), m.up(a.cache.B_ring),
                  m.up(a.cache.cursor)};
       d.slot_idx = m.up(a.slot_idx); d.query_start_loc = m.up(a.query_start_loc); d.out = m.up(a.out);
+      d.tree_parent = m.up(a.tree_parent);  // undefined stays undefined: a chain
+      // tree_parent first: a producer writes at most LateCopies::kMax buffers late (run_on_device).
       run_on_device(d,
-                    {d.in.x, d.in.dt, d.in.B, d.in.C, d.in.z, d.query_start_loc, d.cache.cursor, d.cache.x_ring,
-                     d.cache.dt_ring, d.cache.B_ring},
+                    {d.tree_parent, d.in.x, d.in.dt, d.in.B, d.in.C, d.in.z, d.query_start_loc, d.cache.cursor,
+                     d.cache.x_ring, d.cache.dt_ring, d.cache.B_ring},
                     [](const mamba2::VerifyArgs& x, Stream s) { mamba2::spec_verify(x, s); });
       for (auto& v : mut) m.down(v);
     }
     if (diff) {
       ++diff->calls;
+      if (a.tree_parent.defined()) ++diff->tree_verifies;
       diff->out = std::max(diff->out, max_rel_diff(values_of(a.out), cpu[0]));
       diff->state = std::max(diff->state, max_rel_diff(values_of(a.cache.checkpoint), cpu[1]));
       diff->dt_ring = std::max(diff->dt_ring, max_rel_diff(values_of(a.cache.dt_ring), cpu[3]));
       if (!same_values(values_of(a.cache.x_ring), cpu[2]) || !same_values(values_of(a.cache.B_ring), cpu[4]))
         diff->rings_exact = false;
+    }
+  };
+  // accept_tree_path only copies ring entries: the GPU rings must equal the CPU's bit for bit, dt_ring included. The
+  // op has no pdl flag, so it runs plainly even while g_pdl_on.
+  b.accept_tree = [diff](const mamba2::TreeAcceptArgs& a) {
+    const std::vector<TensorView> mut = {a.cache.x_ring, a.cache.dt_ring, a.cache.B_ring};
+    const auto cpu = cpu_values(mut, [&] { mamba2::accept_tree_path(a); });
+    {
+      Mirrors m;
+      mamba2::TreeAcceptArgs d = a;
+      d.cache = {m.up(a.cache.checkpoint), m.up(a.cache.x_ring), m.up(a.cache.dt_ring), m.up(a.cache.B_ring),
+                 m.up(a.cache.cursor)};
+      d.slot_idx = m.up(a.slot_idx); d.query_start_loc = m.up(a.query_start_loc); d.tree_parent = m.up(a.tree_parent);
+      d.accepted_leaf = m.up(a.accepted_leaf); d.num_accepted = m.up(a.num_accepted);
+      mamba2::accept_tree_path(d);
+      cuda_ok(cudaDeviceSynchronize(), "accept_tree_path");
+      for (auto& v : mut) m.down(v);
+    }
+    if (diff) {
+      ++diff->calls;
+      ++diff->accept_calls;
+      for (size_t i = 0; i < mut.size(); ++i)
+        if (!same_values(values_of(mut[i]), cpu[i])) diff->rings_exact = false;
     }
   };
   b.classic_spec = [diff](const mamba2::ClassicSpecArgs& a) {
@@ -200,5 +227,68 @@ void expect_spec_clean(const RunLog& log, const CpuDiff& d, const Tol& tol_in, c
   EXPECT_LE(d.dt_ring, 1e-6) << what << ": delta ring vs CPU backend";
   EXPECT_TRUE(d.rings_exact) << what << ": x / B rings differ from the CPU backend";
 }
+
+DeviceSpecProblem::DeviceSpecProblem(const Config& cfg, SpecConfig sc) : pb(cfg), spec(sc), rows(cfg.rows), T(sc.window) {
+  pb.make_spec_cache(sc);
+  ck.assign(pb.state); xr.assign(pb.x_ring); dr.assign(pb.dt_ring); br.assign(pb.B_ring); cu.assign(pb.cursor);
+  sidx.assign(pb.slot_idx); A.assign(pb.A); bias.assign(pb.dt_bias); D.assign(pb.D);
+  pb.new_tokens(rows * T);
+  x.assign(pb.x); dt.assign(pb.dt); B.assign(pb.B); C.assign(pb.C); z.assign(pb.z); out.assign(pb.out);
+  qv.assign(size_t(rows) + 1, 0);
+}
+
+mamba2::VerifyArgs DeviceSpecProblem::verify_args(bool dev, const TensorView& qsl) const {
+  mamba2::VerifyArgs a;
+  a.geo = pb.s.geo; a.spec = spec; a.query_start_loc = qsl;
+  if (dev) {
+    a.in = {x.view(), dt.view(), B.view(), C.view(), pb.s.gate ? z.view() : TensorView{}};
+    a.w.A = A.view();
+    if (pb.s.bias) a.w.dt_bias = bias.view();
+    if (pb.s.skip) a.w.D = D.view();
+    a.cache = {ck.view(), xr.view(), dr.view(), br.view(), cu.view()};
+    a.slot_idx = sidx.view(); a.out = out.view();
+  } else {
+    a.in = pb.inputs(); a.w = pb.weights(); a.cache = pb.spec_cache();
+    a.slot_idx = pb.slot_idx.view(); a.out = pb.out.view();
+  }
+  return a;
+}
+
+void DeviceSpecProblem::new_tokens() {
+  pb.new_tokens(rows * T);  // the tail past qv[rows] is unused
+  x.upload(pb.x); dt.upload(pb.dt); B.upload(pb.B); C.upload(pb.C);
+  if (pb.s.gate) z.upload(pb.z);
+  out.upload(pb.out);
+  const int used = qv[size_t(rows)];  // the CPU's inputs are only the used tokens: shrink the host views' token count
+  for (HostTensor* t : {&pb.x, &pb.dt, &pb.B, &pb.C, &pb.z, &pb.out})
+    if (t->view().defined()) t->view().shape[0] = used;
+}
+
+HostTensor DeviceSpecProblem::down(const DeviceTensor& d, const HostTensor& like) const {
+  HostTensor h = like;
+  d.download(h);
+  return h;
+}
+
+double DeviceSpecProblem::out_diff() const {
+  HostTensor g(pb.s.dt.act, {rows * T, pb.s.geo.heads, pb.s.geo.headdim}, pb.s.pad);
+  out.download(g);
+  std::vector<double> a, b;
+  const int64_t per = int64_t(pb.s.geo.heads) * pb.s.geo.headdim;
+  for (int r = 0; r < rows; ++r)
+    for (int t = qv[size_t(r)]; t < qv[size_t(r) + 1]; ++t)
+      for (int64_t i = 0; i < per; ++i) {
+        if (pb.slot_of_row[size_t(r)] < 0) {
+          if (g.flat(t * per + i) != kSentinel) return INFINITY;  // padding row written
+          continue;
+        }
+        a.push_back(g.flat(t * per + i));
+        b.push_back(pb.out.flat(t * per + i));
+      }
+  return rel_err(a, b);
+}
+
+double DeviceSpecProblem::state_diff() const { return rel_err(down(ck, pb.state).to_f64(), pb.state.to_f64()); }
+bool DeviceSpecProblem::cursors_equal() const { return down(cu, pb.cursor).bytes() == pb.cursor.bytes(); }
 
 }  // namespace replayssm::test::m2spec

@@ -24,45 +24,17 @@ using namespace replayssm::test::m2spec;
 // ---------------------------------------------------------------------------------------------
 // A device-resident stream (caches stay on the GPU, the GPU commit moves the cursors) mirrored on
 // the CPU backend step by step: the long-run / graph / reset / teeth scenarios.
-struct DualStream {
-  Problem pb;
-  SpecConfig spec;
-  int rows, T;
-  DeviceTensor ck, xr, dr, br, cu, sidx, A, bias, D;
-  // fixed-size per-step device inputs (so a captured graph can replay them)
-  DeviceTensor x, dt, B, C, z, out, qsl, acc;
-  std::vector<int> qv, av;
+struct DualStream : DeviceSpecProblem {
+  DeviceTensor qsl, acc;
+  std::vector<int> av;
   std::mt19937_64 rng{99};
 
-  DualStream(const Config& cfg, SpecConfig sc) : pb(cfg), spec(sc) {
-    rows = cfg.rows;
-    T = sc.window;
-    pb.make_spec_cache(sc);
-    ck.assign(pb.state); xr.assign(pb.x_ring); dr.assign(pb.dt_ring); br.assign(pb.B_ring); cu.assign(pb.cursor);
-    sidx.assign(pb.slot_idx); A.assign(pb.A); bias.assign(pb.dt_bias); D.assign(pb.D);
-    pb.new_tokens(rows * T);
-    x.assign(pb.x); dt.assign(pb.dt); B.assign(pb.B); C.assign(pb.C); z.assign(pb.z); out.assign(pb.out);
-    qv.assign(size_t(rows) + 1, 0);
+  DualStream(const Config& cfg, SpecConfig sc) : DeviceSpecProblem(cfg, sc) {
     av.assign(size_t(rows), 1);
     qsl.assign(i32_tensor(qv));
     acc.assign(i32_tensor(av));
   }
-  mamba2::VerifyArgs args(bool dev, const HostTensor& qh) {
-    mamba2::VerifyArgs a;
-    a.geo = pb.s.geo; a.spec = spec;
-    if (dev) {
-      a.in = {x.view(), dt.view(), B.view(), C.view(), pb.s.gate ? z.view() : TensorView{}};
-      a.w.A = A.view();
-      if (pb.s.bias) a.w.dt_bias = bias.view();
-      if (pb.s.skip) a.w.D = D.view();
-      a.cache = {ck.view(), xr.view(), dr.view(), br.view(), cu.view()};
-      a.slot_idx = sidx.view(); a.query_start_loc = qsl.view(); a.out = out.view();
-    } else {
-      a.in = pb.inputs(); a.w = pb.weights(); a.cache = pb.spec_cache();
-      a.slot_idx = pb.slot_idx.view(); a.query_start_loc = qh.view(); a.out = pb.out.view();
-    }
-    return a;
-  }
+  mamba2::VerifyArgs args(bool dev, const HostTensor& qh) const { return verify_args(dev, dev ? qsl.view() : qh.view()); }
   // New window lengths (packed at the front of the fixed token buffers), accepted counts, inputs.
   HostTensor prepare(bool full = false) {
     int tok = 0;
@@ -71,17 +43,9 @@ struct DualStream {
       qv[size_t(r) + 1] = (tok += n);
       av[size_t(r)] = std::uniform_int_distribution<int>(1, n)(rng);
     }
-    // inputs for all rows * T tokens (the tail past qsl[rows] is unused), fresh random values
-    pb.new_tokens(rows * T);
-    x.upload(pb.x); dt.upload(pb.dt); B.upload(pb.B); C.upload(pb.C);
-    if (pb.s.gate) z.upload(pb.z);
-    out.upload(pb.out);
+    new_tokens();
     HostTensor qh = i32_tensor(qv), ah = i32_tensor(av);
     qsl.upload(qh); acc.upload(ah);
-    // the CPU's inputs are only the used tokens: shrink the host views' token count
-    const int used = qv[size_t(rows)];
-    for (HostTensor* t : {&pb.x, &pb.dt, &pb.B, &pb.C, &pb.z, &pb.out})
-      if (t->view().defined()) t->view().shape[0] = used;
     return qh;
   }
   void gpu_step(cudaStream_t s = nullptr, bool pdl = false) {
@@ -95,37 +59,6 @@ struct DualStream {
     mamba2::spec_verify(args(false, qh));
     HostTensor ah = i32_tensor(av);
     commit_cursors(pb.cursor.view(), pb.slot_idx.view(), ah.view(), qh.view(), spec);
-  }
-  // GPU vs CPU after a step: outputs of live rows, checkpoint, cursors.
-  double out_diff() {
-    HostTensor g(pb.s.dt.act, {rows * T, pb.s.geo.heads, pb.s.geo.headdim}, pb.s.pad);
-    out.download(g);
-    std::vector<double> a, b;
-    const int64_t per = int64_t(pb.s.geo.heads) * pb.s.geo.headdim;
-    for (int r = 0; r < rows; ++r) {
-      if (pb.slot_of_row[size_t(r)] < 0) {
-        for (int t = qv[size_t(r)]; t < qv[size_t(r) + 1]; ++t)
-          for (int64_t i = 0; i < per; ++i)
-            if (g.flat(t * per + i) != kSentinel) return INFINITY;  // padding row written
-        continue;
-      }
-      for (int t = qv[size_t(r)]; t < qv[size_t(r) + 1]; ++t)
-        for (int64_t i = 0; i < per; ++i) {
-          a.push_back(g.flat(t * per + i));
-          b.push_back(pb.out.flat(t * per + i));
-        }
-    }
-    return rel_err(a, b);
-  }
-  double state_diff() {
-    HostTensor g(pb.s.dt.state, pb.state.shape(), pb.s.pad);
-    ck.download(g);
-    return rel_err(g.to_f64(), pb.state.to_f64());
-  }
-  bool cursors_equal() {
-    HostTensor g(DType::i32, {pb.s.slots, 2});
-    cu.download(g);
-    return g.bytes() == pb.cursor.bytes();
   }
   void reset_slot(int s) {
     std::vector<double> fresh(pb.model.state_size());

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <gtest/gtest.h>
+
 #include "replayssm/cursor.hpp"
 
 namespace replayssm::test::m2 {
@@ -17,6 +19,7 @@ Backend cpu_backend() {
   b.spec_verify = [](const mamba2::VerifyArgs& a) { mamba2::spec_verify(a); };
   b.classic_spec = [](const mamba2::ClassicSpecArgs& a) { mamba2::classic_spec_decode(a); };
   b.export_state = [](const mamba2::ExportStateArgs& a) { mamba2::export_state(a); };
+  b.accept_tree = [](const mamba2::TreeAcceptArgs& a) { mamba2::accept_tree_path(a); };
   return b;
 }
 
@@ -121,6 +124,38 @@ void check_export(Problem& pb, const ref::Mamba2States& rs, const std::vector<in
       for (int64_t i = 0; i < per; ++i)
         if (dst.flat(d * per + i) != kSentinel) { log.export_ok = false; break; }
   log.export_err.push_back(worst);
+}
+
+// Tree speculation: a random draft tree per live row's window (parent[t0] = -1, parent[t0 + j] uniform in 0..j-1),
+// or, one step in five, the chain j - 1 for every row. Padding rows' tokens hold -1: the ops never read them.
+std::vector<int> random_trees(const std::vector<int>& slot_of_row, const std::vector<int>& qsl, std::mt19937_64& rng) {
+  const bool chain = std::uniform_int_distribution<int>(0, 4)(rng) == 0;
+  std::vector<int> parent(size_t(qsl.back()), -1);
+  for (size_t r = 0; r < slot_of_row.size(); ++r) {
+    if (slot_of_row[r] < 0) continue;
+    for (int j = 1; j < qsl[r + 1] - qsl[r]; ++j)
+      parent[size_t(qsl[r] + j)] = chain ? j - 1 : std::uniform_int_distribution<int>(0, j - 1)(rng);
+  }
+  return parent;
+}
+
+// Window token j's path 0 -> .. -> j; par = the row's parents.
+std::vector<int> tree_path(const int* par, int j) {
+  std::vector<int> path;
+  for (; j >= 0; j = par[j]) path.insert(path.begin(), j);
+  return path;
+}
+
+// Float64 outputs of a tree window: token j from the committed state and its path's tokens in order. Each node's
+// state is its parent's plus the node's token (the same operations as replaying the path from the committed state).
+void tree_reference(const ref::Mamba2Model& m, const ref::Mamba2Tokens& tk, int t0, int n, const int* par,
+                    const double* committed, size_t per_slot, std::vector<double>& y) {
+  const size_t per_tok = size_t(m.geo.heads) * m.geo.headdim;
+  std::vector<std::vector<double>> after(static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j) {
+    after[size_t(j)] = j == 0 ? std::vector<double>(committed, committed + per_slot) : after[size_t(par[j])];
+    ref::mamba2_token(m, tk, t0 + j, after[size_t(j)].data(), y.data() + size_t(t0 + j) * per_tok);
+  }
 }
 
 }  // namespace
@@ -244,7 +279,7 @@ RunLog run_spec(Problem& pb, const SpecOpts& o, const Backend& be) {
     // Optional cross-check: the same history laid out linearly in a standard ring, the window
     // stepped one token at a time through replay_decode.
     std::vector<double> ystep(size_t(tokens * per), 0.0);
-    if (o.stepped_check) {
+    if (o.stepped_check && !o.tree) {
       HostTensor ck(pb.s.dt.state, pb.state.shape(), pb.s.pad), xr(pb.s.dt.act, pb.x_ring.shape(), pb.s.pad),
           dr(DType::f32, pb.dt_ring.shape(), pb.s.pad), br(pb.s.dt.act, pb.B_ring.shape(), pb.s.pad),
           cu(DType::i32, {pb.s.slots});
@@ -288,23 +323,33 @@ RunLog run_spec(Problem& pb, const SpecOpts& o, const Backend& be) {
       }
     }
 
+    // Tree mode: `parent` is the truth the reference and accept_tree_path follow; the verify gets a tensor of its own,
+    // which a tamper may change or drop.
+    const std::vector<int> parent = o.tree ? random_trees(pb.slot_of_row, qsl, pb.rng) : std::vector<int>();
+    HostTensor verify_parent = i32_tensor(parent);
     mamba2::VerifyArgs va{g, sc, pb.inputs(), pb.weights(), pb.spec_cache(), pb.slot_idx.view(), qt.view(), pb.out.view()};
+    if (o.tree) va.tree_parent = verify_parent.view();
     if (o.tamper) o.tamper(step, pb, va);
     be.spec_verify(va);
 
     const std::vector<double> got = pb.out.to_f64();
     ref::Mamba2Tokens tk = pb.ref_tokens();
     std::vector<double> y(size_t(tokens * per), 0.0);
-    std::vector<int> acc(size_t(rows), 0), pad_toks;
+    std::vector<int> acc(size_t(rows), 0), leaf(size_t(rows), 0), pad_toks;
     double worst = 0;
     for (int r = 0; r < rows; ++r) {
       const int s = pb.slot_of_row[size_t(r)], t0 = qsl[size_t(r)], nr = n[size_t(r)];
       std::vector<int> toks;
       for (int j = 0; j < nr; ++j) toks.push_back(t0 + j);
       if (s < 0) { pad_toks.insert(pad_toks.end(), toks.begin(), toks.end()); continue; }
-      ref::Mamba2States tmp(pb.model, 1);
-      std::copy(rs.slot(s), rs.slot(s) + rs.per_slot, tmp.slot(0));
-      ref::mamba2_sequence(pb.model, tk, t0, nr, 0, tmp, y);  // causal window outputs
+      const int* par = o.tree ? parent.data() + t0 : nullptr;
+      if (o.tree) {
+        tree_reference(pb.model, tk, t0, nr, par, rs.slot(s), rs.per_slot, y);  // each output along its path
+      } else {
+        ref::Mamba2States tmp(pb.model, 1);
+        std::copy(rs.slot(s), rs.slot(s) + rs.per_slot, tmp.slot(0));
+        ref::mamba2_sequence(pb.model, tk, t0, nr, 0, tmp, y);  // causal window outputs
+      }
       const double e = rel_err(gather_tokens(got, toks, per), gather_tokens(y, toks, per));
       worst = std::max(worst, e);
       note_level(log, hw[size_t(s)], e);
@@ -316,20 +361,41 @@ RunLog run_spec(Problem& pb, const SpecOpts& o, const Backend& be) {
         log.state_err.push_back(rel_err(pb.slot_state(s), std::vector<double>(rs.slot(s), rs.slot(s) + rs.per_slot)));
         ++log.flushes;
       }
-      int k = std::uniform_int_distribution<int>(1, nr)(pb.rng);
-      if (o.accept) k = o.accept(r, hw[size_t(s)], nr, flush);
-      if (flush && o.extremes_on_flush) k = (flush_toggle++ % 2) ? nr : 1;
+      int k;
+      std::vector<double> scratch(y.size());
+      if (o.tree) {
+        int l = std::uniform_int_distribution<int>(0, nr - 1)(pb.rng);
+        if (flush && o.extremes_on_flush) {
+          int deepest = 0;  // the last of the deepest nodes
+          for (int j = 1; j < nr; ++j)
+            if (tree_path(par, j).size() >= tree_path(par, deepest).size()) deepest = j;
+          l = (flush_toggle++ % 2) ? deepest : 0;
+        }
+        const std::vector<int> path = tree_path(par, l);
+        k = int(path.size());
+        leaf[size_t(r)] = l;
+        for (int j : path) ref::mamba2_token(pb.model, tk, t0 + j, rs.slot(s), scratch.data());  // commit the path
+      } else {
+        k = std::uniform_int_distribution<int>(1, nr)(pb.rng);
+        if (o.accept) k = o.accept(r, hw[size_t(s)], nr, flush);
+        if (flush && o.extremes_on_flush) k = (flush_toggle++ % 2) ? nr : 1;
+        ref::mamba2_sequence(pb.model, tk, t0, k, s, rs, scratch);  // commit the accepted prefix
+      }
       if (flush && k == 1) ++log.flush_rows_accept1;
       if (flush && k == T) ++log.flush_rows_acceptT;
       acc[size_t(r)] = k;
-      std::vector<double> scratch(y.size());
-      ref::mamba2_sequence(pb.model, tk, t0, k, s, rs, scratch);  // commit the accepted prefix
       if (flush) { ho[size_t(s)] = (ho[size_t(s)] + hw[size_t(s)]) & (R - 1); hw[size_t(s)] = k; }
       else hw[size_t(s)] += k;
     }
     log.out_err.push_back(worst);
     if (!sentinel_kept(pb.out, pad_toks)) log.padding_ok = false;
     HostTensor at = i32_tensor(acc);
+    if (o.tree) {  // move each row's accepted path to w, w + 1, .. before the commit
+      HostTensor tp = i32_tensor(parent), lt = i32_tensor(leaf);
+      mamba2::TreeAcceptArgs ta{g, sc, pb.spec_cache(), pb.slot_idx.view(), qt.view(), tp.view(), lt.view(), at.view()};
+      if (o.tamper_accept) o.tamper_accept(step, pb, ta);
+      be.accept_tree(ta);
+    }
     commit_cursors(pb.cursor.view(), pb.slot_idx.view(), at.view(), qt.view(), sc);
     for (int s : pb.slot_of_row)
       if (s >= 0 && (int(pb.cursor.at({s, 0})) != hw[size_t(s)] || int(pb.cursor.at({s, 1})) != ho[size_t(s)]))
@@ -339,6 +405,15 @@ RunLog run_spec(Problem& pb, const SpecOpts& o, const Backend& be) {
   }
   log.unused_ok = unused.same(pb, pools);
   return log;
+}
+
+void expect_spec_run_clean(const RunLog& log, const Tol& tol) {
+  EXPECT_LE(log.max_out(), tol.out);
+  EXPECT_LE(log.max_state(), tol.state);
+  EXPECT_GT(log.flushes, 0);
+  EXPECT_TRUE(log.cursor_ok);
+  EXPECT_TRUE(log.padding_ok);
+  EXPECT_TRUE(log.unused_ok);
 }
 
 RunLog run_classic_spec(Problem& pb, int T, int steps, const Backend& be) {

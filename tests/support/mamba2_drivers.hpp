@@ -16,6 +16,7 @@ struct Backend {
   std::function<void(const mamba2::VerifyArgs&)> spec_verify;
   std::function<void(const mamba2::ClassicSpecArgs&)> classic_spec;
   std::function<void(const mamba2::ExportStateArgs&)> export_state;
+  std::function<void(const mamba2::TreeAcceptArgs&)> accept_tree;
 };
 Backend cpu_backend();  // the library's public ops on host tensors
 
@@ -62,8 +63,18 @@ struct SpecOpts {
   std::function<void(int step, Problem&, mamba2::VerifyArgs&)> tamper;
   int export_every = 0;            // as ReplayOpts (after the commit: the committed state)
   DType export_dtype = DType::f32;
+  // Tree speculation: every step each live row's window is a random tree (VerifyArgs::tree_parent; now and then the
+  // chain j - 1), each output checked against the float64 recurrence along its path, a random leaf accepted, its path
+  // moved by accept_tree_path and committed. `accept` and `stepped_check` are not used then; extremes_on_flush accepts
+  // alternately the root and the deepest leaf.
+  bool tree = false;
+  // Called right before accept_tree_path of each step (teeth tests).
+  std::function<void(int step, Problem&, mamba2::TreeAcceptArgs&)> tamper_accept;
 };
 RunLog run_spec(Problem& pb, const SpecOpts& o, const Backend& be);
+
+// gtest expectations on a run_spec log: errors within tol, some flush, cursors / padding / unused slots as they must be.
+void expect_spec_run_clean(const RunLog& log, const Tol& tol);
 
 // pb.s.slots must be >= live rows * window.
 RunLog run_classic_spec(Problem& pb, int window, int steps, const Backend& be);

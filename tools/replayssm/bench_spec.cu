@@ -5,6 +5,9 @@
 //    random accepted count 1..T per row and step, cursors advancing exactly as in a real decode
 //    (flush steps included: the flush cost is amortised by construction)
 //  * commit alone
+//  * with --tree binary / star: ReplaySSM verify with tree_parent + accept_tree_path + commit (a random accepted node per
+//    row and step, num_accepted its depth + 1), and accept_tree_path alone. The classic column stays the chain's: a
+//    tree's classic path writes one state per node (at least the chain's T states), so it is a lower bound there.
 // Every path is captured as a CUDA graph of `steps` decode steps and replayed (median over `reps`
 // replays). Each path rotates over several disjoint slot sets (independent request batches) until its
 // state pool exceeds --footprint-mb, so small batches are not served from L2. Bytes are counted from
@@ -15,8 +18,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
+#include <numeric>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -127,6 +132,43 @@ double time_graph(cudaStream_t s, int steps, int reps, F&& body, int warm = 2) {
   return us[us.size() / 2];
 }
 
+// Window-local parents of the --tree shape (empty for the chain: no tree_parent) and each node's depth.
+std::vector<int32_t> tree_parents(const std::string& shape, int T) {
+  if (shape == "chain") return {};
+  if (shape != "binary" && shape != "star") throw Error("--tree", "unknown shape '" + shape + "' (chain, binary, star)");
+  std::vector<int32_t> p(size_t(T), -1);
+  for (int j = 1; j < T; ++j) p[size_t(j)] = shape == "binary" ? (j - 1) / 2 : 0;
+  return p;
+}
+std::vector<int> tree_depths(const std::vector<int32_t>& parent) {
+  std::vector<int> d(parent.size(), 0);
+  for (size_t j = 1; j < parent.size(); ++j) d[j] = d[size_t(parent[j])] + 1;
+  return d;
+}
+
+// Fraction of the timed row steps (from step `first` to `steps`) that flush, the cursors simulated over the graph's
+// accepted counts (S steps a graph, K slot sets) from the first warm-up step on.
+double flush_fraction(const SpecConfig& spec, const std::vector<int32_t>& acc, int rows, int S, int K, int first,
+                      int steps) {
+  std::vector<int> w(size_t(K) * rows, 0);
+  long long flushes = 0, counted = 0;
+  for (int step = 0; step < steps; ++step)
+    for (int r = 0; r < rows; ++r) {
+      int& wr = w[size_t(step % S % K) * rows + r];
+      const bool fl = spec.flush_due(wr);
+      if (step >= first) { flushes += fl; ++counted; }
+      const int k = acc[size_t(step % S) * rows + r];
+      wr = fl ? k : wr + k;
+    }
+  return double(flushes) / double(std::max<long long>(1, counted));
+}
+
+struct TreeTiming {
+  double step_us = 0;    // verify (tree_parent) + accept_tree_path + commit
+  double accept_us = 0;  // accept_tree_path alone
+  double mean_accepted = 0, flush_frac = 0;
+};
+
 struct Case {
   std::string model;
   int T, batch, history;
@@ -136,6 +178,8 @@ struct Case {
   double plain_bytes, classic_bytes, replay_bytes, verify_bytes_flush_free;
   double mem_classic, mem_replay;
   double flush_frac;
+  double mean_accepted;
+  TreeTiming tree;  // with --tree binary / star
 };
 
 }  // namespace
@@ -156,7 +200,15 @@ void run_bench_spec(const BenchSpecOptions& o) {
               o.history ? std::to_string(o.history).c_str() : "fewest bytes by count in the ring of 16 + T", o.steps,
               o.pdl ? "; every op launched with pdl (with one slot set, consecutive launches share slots: timing only)"
                     : "");
+  const bool with_tree = o.tree != "chain";
+  if (with_tree) setenv("REPLAYSSM_CUDA_TREES", "1", 1);  // the CUDA tree path's opt-in (mamba2.hpp, tree_parent)
+  if (with_tree)
+    std::printf("tree %s: each step spec_verify with tree_parent + accept_tree_path + commit_cursors, accepted leaf a "
+                "random node (num_accepted its depth + 1), in a row under the chain's; the classic column is the chain's "
+                "classic speculative path, a lower bound on a tree's (one state per node), so cl/tree is a lower bound\n",
+                o.tree.c_str());
   std::mt19937_64 rng(o.seed);
+  std::mt19937_64 tree_rng(o.seed + 1);  // its own stream: the chain's accepted counts stay those of a run without --tree
   std::vector<Case> results;
   const int S = o.steps;
   for (const std::string& mname : o.models) {
@@ -278,6 +330,45 @@ void run_bench_spec(const BenchSpecOptions& o) {
             }
           }, warm);
         }
+        // ---- tree: verify with tree_parent + accept_tree_path + commit, on cursors of its own ----
+        TreeTiming tt;
+        if (with_tree) {
+          const std::vector<int32_t> par = tree_parents(o.tree, T);
+          const std::vector<int> depth = tree_depths(par);
+          std::vector<int32_t> parh(static_cast<size_t>(tok)), leafh(size_t(S) * rows), acch(size_t(S) * rows);
+          for (int64_t t = 0; t < tok; ++t) parh[size_t(t)] = par[size_t(t % T)];
+          for (size_t i = 0; i < leafh.size(); ++i) {
+            leafh[i] = std::uniform_int_distribution<int>(0, T - 1)(tree_rng);
+            acch[i] = depth[size_t(leafh[i])] + 1;
+            tt.mean_accepted += double(acch[i]) / double(leafh.size());
+          }
+          DBuf tpar(DType::i32, {tok}), leaf(DType::i32, {int64_t(S) * rows}), tacc(DType::i32, {int64_t(S) * rows}),
+              tcur(DType::i32, {int64_t(Kp) * rows, 2});
+          tpar.upload_i32(parh); leaf.upload_i32(leafh); tacc.upload_i32(acch);
+          ck(cudaMemset(tcur.d, 0, size_t(Kp) * rows * 8), "memset");
+          const mamba2::SpecCache tcache{ckpt.v, xr.v, dtr.v, br.v, tcur.v};
+          auto accept = [&](int i, cudaStream_t s) {
+            const TensorView sv = slots.slice(int64_t(i % Kp) * rows, {rows});
+            mamba2::accept_tree_path({geo, spec, tcache, sv, qsl.v, tpar.v, leaf.slice(int64_t(i) * rows, {rows}),
+                                      tacc.slice(int64_t(i) * rows, {rows})}, s);
+          };
+          tt.step_us = time_graph(st, S, o.reps, [&](cudaStream_t s) {
+            for (int i = 0; i < S; ++i) {
+              const TensorView sv = slots.slice(int64_t(i % Kp) * rows, {rows});
+              mamba2::VerifyArgs a{geo, spec, win, wts, tcache, sv, qsl.v, out.v};
+              a.pdl = o.pdl;  // a tree verify launches without pdl
+              a.tree_parent = tpar.v;
+              mamba2::spec_verify(a, s);
+              accept(i, s);
+              commit_cursors(tcur.v, sv, tacc.slice(int64_t(i) * rows, {rows}), qsl.v, spec, s, o.pdl);
+            }
+          }, warm);
+          tt.accept_us = time_graph(st, S, o.reps, [&](cudaStream_t s) {
+            for (int i = 0; i < S; ++i) accept(i, s);
+          });
+          tt.flush_frac = flush_fraction(spec, acch, rows, S, Kp, warm * S, (warm + o.reps) * S);
+          ck(cudaStreamSynchronize(st), "tree");
+        }
         ck(cudaStreamSynchronize(st), "bench");
 
         // ---- bytes by count (replay: simulate the cursors over warm-up + timed replays) ----
@@ -320,6 +411,8 @@ void run_bench_spec(const BenchSpecOptions& o) {
         c.flush_frac = double(flushes) / double(rowsteps);
         c.mem_classic = T * state_req;
         c.mem_replay = state_req + R * ab * double(H * P + G * N) + 4.0 * H * R + 8;
+        c.mean_accepted = double(std::accumulate(acc.begin(), acc.end(), 0LL)) / double(acc.size());
+        c.tree = tt;
         results.push_back(c);
       }
     }
@@ -360,6 +453,21 @@ void run_bench_spec(const BenchSpecOptions& o) {
                   {"plain_frac_copy", c.plain_bytes / (c.plain_us * 1e-6) / copy_bw}, {"flush_row_fraction", c.flush_frac},
                   {"state_mem_per_request_classic_bytes", c.mem_classic}, {"state_mem_per_request_replay_bytes", c.mem_replay},
                   {"copy_bandwidth_Bps", copy_bw}, {"device", prop.name}});
+    if (with_tree) {
+      const TreeTiming& t = c.tree;
+      std::printf("  %-19s %2d %5d | verify+accept+commit %9.2f us, accept alone %6.2f us | tree/chain %5.2f | "
+                  "cl/tree >= %5.2f | accepted %.2f (chain %.2f) | flush frac %5.3f\n",
+                  ("tree " + o.tree).c_str(), c.T, c.batch, t.step_us, t.accept_us, t.step_us / c.replay_us, c.classic_us / t.step_us,
+                  t.mean_accepted, c.mean_accepted, t.flush_frac);
+      nlohmann::json& e = js.back();
+      e["tree"] = o.tree;
+      e["tree_verify_accept_commit_us"] = t.step_us;
+      e["tree_accept_us"] = t.accept_us;
+      e["tree_over_chain"] = t.step_us / c.replay_us;
+      e["classic_spec_over_tree_lower_bound"] = c.classic_us / t.step_us;
+      e["tree_mean_accepted"] = t.mean_accepted;
+      e["tree_flush_row_fraction"] = t.flush_frac;
+    }
   }
   if (!o.json.empty()) {
     std::ofstream f(o.json);

@@ -16,6 +16,9 @@ struct BenchSpecOptions {
   bool pdl = false;  // every op launched as a programmatic dependent (the ops' pdl flag; commit_cursors too)
   double footprint_mb = 512;
   std::string dt = "act";  // dtype of dt: act (the activation dtype) or f32
+  // Draft tree of the verify: chain (no tree_parent), binary (parent[j] = (j - 1) / 2) or star (parent[j] = 0). A tree
+  // is timed as verify + accept_tree_path + commit, next to the chain's verify + commit of the same run.
+  std::string tree = "chain";
   std::string json;
   uint64_t seed = 1;
 };

@@ -1,0 +1,380 @@
+// CPU tree speculation (VerifyArgs::tree_parent, accept_tree_path) against the float64 recurrence along each path:
+// random draft trees over streams in every dtype pair and a long one, the chain given as parents == no tree, tampered
+// parents and accepted paths caught, bad arguments rejected before anything is written, and accept_tree_path moving
+// exactly the accepted path's ring entries.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "replayssm/cursor.hpp"
+#include "replayssm/error.hpp"
+#include "support/mamba2_drivers.hpp"
+
+using namespace replayssm;
+using namespace replayssm::test;
+using namespace replayssm::test::m2;
+
+namespace {
+
+constexpr DtypePair kF32{DType::f32, DType::f32};
+
+// Two groups, so B ring moves of group 1 are checked too; one padding row among `rows`.
+Config tree_setup(DtypePair dt, uint64_t seed, int rows = 4) {
+  Config s;
+  s.geo = {4, 64, 16, 2};
+  s.dt = dt;
+  s.rows = rows; s.slots = rows + 2; s.padding_rows = 1; s.pad = 2;
+  s.seed = seed;
+  return s;
+}
+
+
+std::vector<int> qsl_of(const mamba2::VerifyArgs& va, int rows) {
+  const auto* q = static_cast<const int32_t*>(va.query_start_loc.data);
+  return std::vector<int>(q, q + rows + 1);
+}
+
+int depth(const int32_t* par, int j) {
+  int d = 0;
+  for (; j > 0; j = par[j]) ++d;
+  return d;
+}
+
+TEST(Mamba2Tree, StreamEveryDtypePair) {
+  for (DtypePair p : dtype_pairs())
+    for (SpecConfig sc : {SpecConfig{16, 4}, SpecConfig{12, 6}}) {
+      SCOPED_TRACE(pair_name(p) + "_B" + std::to_string(sc.history) + "_T" + std::to_string(sc.window));
+      Problem pb(tree_setup(p, 100 + uint64_t(sc.window) * 13 + uint64_t(p.state) * 3 + uint64_t(p.act), 5));
+      SpecOpts o;
+      o.spec = sc;
+      o.steps = 300;
+      o.tree = true;
+      // Full windows: fill level B needs a path of all T tokens from level B - T (random window lengths run in
+      // LongStream). T = 6: flush steps accept the root and the deepest node in turn.
+      o.full_windows = true;
+      o.extremes_on_flush = sc.window == 6;
+      const RunLog log = run_spec(pb, o, cpu_backend());
+      expect_spec_run_clean(log, tolerance(p));
+      if (o.extremes_on_flush) EXPECT_GT(log.flush_rows_accept1, 0);
+      ASSERT_EQ(int(log.level_err.size()), sc.history + 1);
+      for (int w = 0; w <= sc.history; ++w) EXPECT_GE(log.level_err[size_t(w)], 0.0) << "fill level " << w << " unseen";
+    }
+}
+
+// No accumulation over a long stream: the last 500 steps' worst error is not above twice the first 500's.
+TEST(Mamba2Tree, LongStream) {
+  for (DtypePair p : {kF32, DtypePair{DType::f32, DType::bf16}}) {
+    SCOPED_TRACE(pair_name(p));
+    Problem pb(tree_setup(p, 7, 3));
+    SpecOpts o;
+    o.spec = {16, 4};
+    o.steps = 2000;
+    o.tree = true;
+    const RunLog log = run_spec(pb, o, cpu_backend());
+    expect_spec_run_clean(log, tolerance(p));
+    EXPECT_GT(log.flushes, 100);
+    EXPECT_LE(log.max_out_in(1500, 2000), 2 * log.max_out_in(0, 500));
+    RecordProperty("max_out_err_" + pair_name(p), std::to_string(log.max_out()));
+  }
+}
+
+// Every verify of a chain stream run twice on copies of the cache and out: without tree_parent and with parents j - 1.
+TEST(Mamba2Tree, ChainParentsEqualNoTree) {
+  for (DtypePair p : {kF32, DtypePair{DType::bf16, DType::bf16}, DtypePair{DType::f16, DType::f32},
+                      DtypePair{DType::f64, DType::f64}}) {
+    SCOPED_TRACE(pair_name(p));
+    Problem pb(tree_setup(p, 21));
+    int compared = 0;
+    SpecOpts o;
+    o.spec = {8, 4};
+    o.steps = 40;
+    o.tamper = [&](int, Problem& q, mamba2::VerifyArgs& va) {
+      const std::vector<int> qsl = qsl_of(va, q.s.rows);
+      std::vector<int> chain(size_t(qsl.back()));
+      for (int r = 0; r < q.s.rows; ++r)
+        for (int t = qsl[size_t(r)]; t < qsl[size_t(r) + 1]; ++t) chain[size_t(t)] = t - qsl[size_t(r)] - 1;
+      const HostTensor parents = i32_tensor(chain);
+      auto verify = [&](const TensorView& tree) {
+        HostTensor ck = q.state, xr = q.x_ring, dr = q.dt_ring, br = q.B_ring, cu = q.cursor, out = q.out;
+        mamba2::VerifyArgs a = va;
+        a.cache = {ck.view(), xr.view(), dr.view(), br.view(), cu.view()};
+        a.out = out.view();
+        a.tree_parent = tree;
+        mamba2::spec_verify(a);
+        return std::vector<std::vector<uint8_t>>{out.bytes(), ck.bytes(), xr.bytes(), dr.bytes(), br.bytes(),
+                                                 cu.bytes()};
+      };
+      const auto plain = verify({}), tree = verify(parents.view());
+      for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(plain[i] == tree[i]) << "tensor " << i << " differs";
+      ++compared;
+    };
+    const RunLog log = run_spec(pb, o, cpu_backend());
+    EXPECT_EQ(compared, o.steps);
+    expect_spec_run_clean(log, tolerance(p));
+  }
+}
+
+// Verify-side teeth in a tree stream (full windows of 4): at one step (from step 10) the verify sees a wrong tree,
+// either one live row's last parent moved to another valid one or tree_parent dropped (a chain) where the trees are
+// not all chains. That step's outputs must be far off; the others not (the ring holds the window whatever the tree).
+TEST(Mamba2Tree, TamperedTreeFails) {
+  for (bool drop : {false, true}) {
+    SCOPED_TRACE(drop ? "tree_parent dropped" : "one parent moved");
+    Problem pb(tree_setup(kF32, 31));
+    int at = -1;
+    SpecOpts o;
+    o.spec = {16, 4};
+    o.steps = 30;
+    o.tree = o.full_windows = true;
+    o.tamper = [&](int step, Problem& q, mamba2::VerifyArgs& va) {
+      if (step < 10 || at >= 0) return;
+      auto* par = static_cast<int32_t*>(va.tree_parent.data);
+      const std::vector<int> qsl = qsl_of(va, q.s.rows);
+      for (int r = 0; r < q.s.rows; ++r) {
+        if (q.slot_of_row[size_t(r)] < 0) continue;
+        const int t0 = qsl[size_t(r)], n = qsl[size_t(r) + 1] - t0;
+        if (!drop) {
+          par[t0 + n - 1] = (par[t0 + n - 1] + 1) % (n - 1);  // n = 4: another of 0..2
+          at = step;
+          return;
+        }
+        for (int j = 1; j < n; ++j)
+          if (par[t0 + j] != j - 1) { va.tree_parent = {}; at = step; return; }
+      }
+    };
+    const RunLog log = run_spec(pb, o, cpu_backend());
+    const double tol = tolerance(kF32).out;
+    ASSERT_GE(at, 10);
+    EXPECT_LE(log.max_out_in(0, size_t(at)), tol);
+    EXPECT_GT(log.out_err[size_t(at)], 100 * tol);
+    EXPECT_LE(log.max_out_in(size_t(at) + 1, size_t(o.steps)), tol);
+  }
+}
+
+// Accept-side teeth: at one step (from step 10) accept_tree_path is given a wrong path of the right length, either
+// another leaf of the same depth (neither path the chain prefix: a wrong entry moved) or the chain prefix (nothing
+// moved, as if the engine skipped accept_tree_path). The ring then holds a wrong history: that step's outputs are
+// fine, the next step's far off.
+TEST(Mamba2Tree, WrongAcceptedPathFails) {
+  for (bool sibling : {true, false}) {
+    SCOPED_TRACE(sibling ? "a leaf of the same depth" : "the chain prefix");
+    Problem pb(tree_setup(kF32, 32));
+    int at = -1;
+    SpecOpts o;
+    o.spec = {16, 4};
+    o.steps = 30;
+    o.tree = o.full_windows = true;
+    o.tamper_accept = [&](int step, Problem& q, mamba2::TreeAcceptArgs& ta) {
+      if (step < 10 || at >= 0) return;
+      auto* par = static_cast<int32_t*>(ta.tree_parent.data);
+      auto* leaf = static_cast<int32_t*>(ta.accepted_leaf.data);
+      const auto* qsl = static_cast<const int32_t*>(ta.query_start_loc.data);
+      for (int r = 0; r < q.s.rows; ++r) {
+        if (q.slot_of_row[size_t(r)] < 0) continue;
+        const int t0 = qsl[r], n = qsl[r + 1] - t0, d = depth(par + t0, leaf[r]);
+        if (sibling) {
+          for (int j = 1; j < n; ++j)
+            if (j != leaf[r] && j != d && leaf[r] != d && depth(par + t0, j) == d) { leaf[r] = j; at = step; return; }
+        } else if (leaf[r] != d) {  // the path is not 0 .. d
+          for (int j = 1; j < n; ++j) par[t0 + j] = j - 1;
+          leaf[r] = d;
+          at = step;
+          return;
+        }
+      }
+    };
+    const RunLog log = run_spec(pb, o, cpu_backend());
+    const double tol = tolerance(kF32).out;
+    ASSERT_GE(at, 10);
+    EXPECT_LE(log.max_out_in(0, size_t(at) + 1), tol);
+    EXPECT_GT(log.out_err[size_t(at) + 1], 100 * tol);
+    EXPECT_TRUE(log.cursor_ok);
+  }
+}
+
+// op must throw replayssm::Error about `arg` and leave every tensor of `kept` byte-identical.
+template <class Op>
+void expect_rejected(const std::string& what, const std::string& arg, const std::vector<const HostTensor*>& kept,
+                     Op op) {
+  SCOPED_TRACE(what);
+  std::vector<std::vector<uint8_t>> before;
+  for (const HostTensor* t : kept) before.push_back(t->bytes());
+  try {
+    op();
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), arg) << e.what();
+    EXPECT_NE(std::string(e.what()).find(arg), std::string::npos) << e.what();
+  }
+  for (size_t i = 0; i < kept.size(); ++i) EXPECT_TRUE(kept[i]->bytes() == before[i]) << "tensor " << i << " written";
+}
+
+TEST(Mamba2Tree, BadTreeArgumentsRejected) {
+  Problem pb(tree_setup({DType::f32, DType::bf16}, 41));
+  const SpecConfig sc{8, 4};
+  SpecOpts warm;  // a history in the rings, cursors moved, a flush or more behind
+  warm.spec = sc;
+  warm.steps = 8;
+  warm.tree = true;
+  run_spec(pb, warm, cpu_backend());
+
+  // Every row (the padding row too) brings a full window, tree {-1, 0, 0, 2}, leaf 3 (path 0 -> 2 -> 3, k = 3).
+  const int rows = pb.s.rows, T = sc.window, tokens = rows * T;
+  std::vector<int> qsl(size_t(rows) + 1), parent, leaf(size_t(rows), 3), acc(size_t(rows), 3), live;
+  for (int r = 0; r < rows; ++r) {
+    qsl[size_t(r) + 1] = qsl[size_t(r)] + T;
+    parent.insert(parent.end(), {-1, 0, 0, 2});
+    if (pb.slot_of_row[size_t(r)] >= 0) live.push_back(r);
+  }
+  const int pad = int(std::find(pb.slot_of_row.begin(), pb.slot_of_row.end(), -1) - pb.slot_of_row.begin());
+  const int lt0 = qsl[size_t(live.back())];  // the last live row's first token (> 0: not the first row)
+  ASSERT_GT(lt0, 0);
+  pb.new_tokens(tokens);
+  HostTensor qt = i32_tensor(qsl);
+  const std::vector<const HostTensor*> kept = {&pb.state, &pb.x_ring, &pb.dt_ring, &pb.B_ring, &pb.cursor, &pb.out};
+
+  auto verify = [&](const TensorView& tree) {
+    mamba2::VerifyArgs a{pb.s.geo, sc, pb.inputs(), pb.weights(), pb.spec_cache(), pb.slot_idx.view(), qt.view(),
+                         pb.out.view()};
+    a.tree_parent = tree;
+    mamba2::spec_verify(a);
+  };
+  auto with = [&](int token, int value) {
+    std::vector<int> v = parent;
+    v[size_t(token)] = value;
+    return i32_tensor(v);
+  };
+  HostTensor as_float(DType::f32, {tokens});
+  for (int t = 0; t < tokens; ++t) as_float.set_flat(t, parent[size_t(t)]);
+  const std::vector<int> shorter(parent.begin(), parent.end() - 1);
+  std::vector<int> longer = parent;
+  longer.push_back(-1);
+  const HostTensor root0 = with(lt0, 0), self = with(lt0 + 2, 2), later = with(lt0 + 2, 3), none = with(lt0 + 1, -1),
+                   short_t = i32_tensor(shorter), long_t = i32_tensor(longer), two_d = i32_tensor(parent, tokens, 1);
+  auto verify_rejected = [&](const std::string& what, const HostTensor& tree) {
+    expect_rejected(what, "tree_parent", kept, [&] { verify(tree.view()); });
+  };
+  verify_rejected("a row's first token with parent 0", root0);
+  verify_rejected("token 2 its own parent", self);
+  verify_rejected("token 2 with parent 3", later);
+  verify_rejected("token 1 with parent -1", none);
+  verify_rejected("float32", as_float);
+  verify_rejected("one token short", short_t);
+  verify_rejected("one token long", long_t);
+  verify_rejected("[tokens, 1]", two_d);
+  // The padding row's parents are never read: any values pass.
+  std::vector<int> good = parent;
+  good[size_t(pad * T)] = 5;
+  good[size_t(pad * T + 2)] = 9;
+  const HostTensor good_t = i32_tensor(good);
+  ASSERT_NO_THROW(verify(good_t.view()));
+
+  leaf[size_t(pad)] = 99;  // padding row: not read either
+  acc[size_t(pad)] = 0;
+  auto accept = [&](const TensorView& tree, const TensorView& lf, const TensorView& na) {
+    mamba2::TreeAcceptArgs a{pb.s.geo, sc, pb.spec_cache(), pb.slot_idx.view(), qt.view(), tree, lf, na};
+    mamba2::accept_tree_path(a);
+  };
+  const int r0 = live.front();
+  auto edited = [&](std::vector<int> v, int value) {
+    v[size_t(r0)] = value;
+    return i32_tensor(v);
+  };
+  const HostTensor lt = i32_tensor(leaf), at = i32_tensor(acc);
+  const HostTensor leaf_n = edited(leaf, T), leaf_neg = edited(leaf, -1), acc_2 = edited(acc, 2),
+                   acc_4 = edited(acc, 4), leaf_short = i32_tensor(std::vector<int>(leaf.begin(), leaf.end() - 1));
+  HostTensor acc_float(DType::f32, {rows});
+  for (int r = 0; r < rows; ++r) acc_float.set_flat(r, acc[size_t(r)]);
+  const std::vector<const HostTensor*> caches = {&pb.state, &pb.x_ring, &pb.dt_ring, &pb.B_ring, &pb.cursor};
+  auto accept_rejected = [&](const std::string& what, const std::string& arg, const TensorView& tree,
+                             const HostTensor& lf, const HostTensor& na) {
+    expect_rejected(what, arg, caches, [&] { accept(tree, lf.view(), na.view()); });
+  };
+  accept_rejected("leaf = window length", "accepted_leaf", good_t.view(), leaf_n, at);
+  accept_rejected("leaf -1", "accepted_leaf", good_t.view(), leaf_neg, at);
+  accept_rejected("leaf one row short", "accepted_leaf", good_t.view(), leaf_short, at);
+  accept_rejected("num_accepted = depth", "num_accepted", good_t.view(), lt, acc_2);
+  accept_rejected("num_accepted = depth + 2", "num_accepted", good_t.view(), lt, acc_4);
+  accept_rejected("num_accepted float32", "num_accepted", good_t.view(), lt, acc_float);
+  accept_rejected("no tree_parent", "tree_parent", {}, lt, at);
+  accept_rejected("tree_parent with a later parent", "tree_parent", later.view(), lt, at);
+  accept_rejected("tree_parent [tokens, 1]", "tree_parent", two_d.view(), lt, at);
+  accept_rejected("tree_parent float32", "tree_parent", as_float.view(), lt, at);
+  const std::vector<uint8_t> x_before = pb.x_ring.bytes();
+  ASSERT_NO_THROW(accept(good_t.view(), lt.view(), at.view()));
+  EXPECT_FALSE(pb.x_ring.bytes() == x_before);  // the path 0 -> 2 -> 3 moved
+  EXPECT_NO_THROW(commit_cursors(pb.cursor.view(), pb.slot_idx.view(), at.view(), qt.view(), sc));
+}
+
+// One row of the direct accept test: its slot's cursor, its window's parents and the accepted leaf.
+struct AcceptRow {
+  int slot, w, origin;
+  std::vector<int> parent;
+  int leaf;
+};
+
+// accept_tree_path on rings of random values: logical w + i gets the entries (x, delta, B, every head and group) of
+// path token a_i, and every other byte of every tensor stays.
+TEST(Mamba2Tree, AcceptMovesOnlyThePath) {
+  const SpecConfig sc{8, 4};  // ring 16
+  const int R = sc.ring_len();
+  const std::vector<AcceptRow> layout = {
+      {1, 3, 12, {-1, 0, 0, 2}, 3},  // 0 -> 2 -> 3: w+1 <- w+2 (read before w+2 <- w+3); window at physical 15, 0, 1, 2
+      {4, 2, 0, {-1, 0, 1, 1}, 2},   // the chain prefix 0 -> 1 -> 2: nothing moves
+      {-1, 0, 0, {-1, 5, 9}, 7},     // padding row with garbage: untouched
+      {0, 5, 3, {}, 0},              // empty window: untouched
+      {6, 6, 5, {-1, 0, 0, 0}, 3},   // flush_due(6): the window is still at logical w + j; 0 -> 3: w+1 <- w+3
+      {3, 4, 10, {-1, 0, 0}, 2},     // not a flush; 0 -> 2: w+1 <- w+2 across the ring's end
+  };
+  for (DtypePair p : {kF32, DtypePair{DType::f32, DType::bf16}, DtypePair{DType::f16, DType::f16},
+                      DtypePair{DType::f64, DType::f64}}) {
+    SCOPED_TRACE(pair_name(p));
+    Problem pb(tree_setup(p, 51, int(layout.size())));
+    const Mamba2Geometry& g = pb.s.geo;
+    std::vector<int> slots, qsl{0}, parent, leaf, acc;
+    for (const AcceptRow& r : layout) {
+      slots.push_back(r.slot);
+      qsl.push_back(qsl.back() + int(r.parent.size()));
+      parent.insert(parent.end(), r.parent.begin(), r.parent.end());
+      leaf.push_back(r.leaf);
+      acc.push_back(r.slot < 0 || r.parent.empty() ? 0 : depth(r.parent.data(), r.leaf) + 1);
+    }
+    pb.set_slots(slots);
+    pb.make_spec_cache(sc);
+    pb.x_ring.fill_uniform(pb.rng, -1.0, 1.0);
+    pb.dt_ring.fill_uniform(pb.rng, 0.0, 1.0);
+    pb.B_ring.fill_uniform(pb.rng, -1.0, 1.0);
+    for (const AcceptRow& r : layout)
+      if (r.slot >= 0) { pb.cursor.set({r.slot, 0}, r.w); pb.cursor.set({r.slot, 1}, r.origin); }
+
+    HostTensor ex = pb.x_ring, ed = pb.dt_ring, eb = pb.B_ring;
+    int moves = 0;
+    for (const AcceptRow& r : layout) {
+      if (r.slot < 0 || r.parent.empty()) continue;
+      std::vector<int> path;
+      for (int j = r.leaf; j >= 0; j = r.parent[size_t(j)]) path.insert(path.begin(), j);
+      for (int i = 0; i < int(path.size()); ++i) {
+        if (path[size_t(i)] == i) continue;
+        const int dst = (r.origin + r.w + i) & (R - 1), src = (r.origin + r.w + path[size_t(i)]) & (R - 1);
+        ++moves;
+        for (int h = 0; h < g.heads; ++h) {
+          ed.set({r.slot, h, dst}, pb.dt_ring.at({r.slot, h, src}));
+          for (int q = 0; q < g.headdim; ++q) ex.set({r.slot, h, dst, q}, pb.x_ring.at({r.slot, h, src, q}));
+        }
+        for (int gg = 0; gg < g.groups; ++gg)
+          for (int q = 0; q < g.dstate; ++q) eb.set({r.slot, gg, dst, q}, pb.B_ring.at({r.slot, gg, src, q}));
+      }
+    }
+    ASSERT_EQ(moves, 4);
+    const std::vector<uint8_t> state = pb.state.bytes(), cursor = pb.cursor.bytes();
+    const HostTensor qt = i32_tensor(qsl), pt = i32_tensor(parent), lt = i32_tensor(leaf), at = i32_tensor(acc);
+    mamba2::accept_tree_path({g, sc, pb.spec_cache(), pb.slot_idx.view(), qt.view(), pt.view(), lt.view(), at.view()});
+    EXPECT_TRUE(pb.x_ring.bytes() == ex.bytes());
+    EXPECT_TRUE(pb.dt_ring.bytes() == ed.bytes());
+    EXPECT_TRUE(pb.B_ring.bytes() == eb.bytes());
+    EXPECT_TRUE(pb.state.bytes() == state);
+    EXPECT_TRUE(pb.cursor.bytes() == cursor);
+  }
+}
+
+}  // namespace
