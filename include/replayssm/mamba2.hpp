@@ -138,7 +138,7 @@ struct VerifyArgs {
   // picked the accepted path, accept_tree_path() moves its tokens to w, w + 1, .. on every layer, and commit_cursors()
   // advances by its length. CUDA: launched without pdl (the flag is ignored), and opt-in with REPLAYSSM_CUDA_TREES=1
   // until its GPU tests have run (written and compiled, not yet run on a GPU: forty-second session).
-  TensorView tree_parent;
+  TensorView tree_parent{};
 };
 void spec_verify(const VerifyArgs& args, Stream stream = nullptr);
 

@@ -144,14 +144,10 @@ def mamba2_spec_verify(
     pdl: launch as a programmatic dependent of the previous kernel (mamba2.hpp, VerifyArgs::pdl).
     tree_parent: [tokens] int32, a draft tree (each window token's parent within its window, -1 at token 0); then
     mamba2_accept_tree_path on every layer before commit_cursors (mamba2.hpp, VerifyArgs::tree_parent)."""
-    if tree_parent is None:
-        _launch_pdl(pdl, "replayssm_mamba2_spec_verify", x.device, *_m2_geometry(x, B), history, window, x, dt, B, C,
-                    z, A, dt_bias, D, int(dt_softplus), checkpoint, x_ring, dt_ring, B_ring, cursor, slot_idx,
-                    query_start_loc, out)
-    else:
-        _launch_pdl(pdl, "replayssm_mamba2_spec_verify_tree", x.device, *_m2_geometry(x, B), history, window, x, dt,
-                    B, C, z, A, dt_bias, D, int(dt_softplus), checkpoint, x_ring, dt_ring, B_ring, cursor, slot_idx,
-                    query_start_loc, tree_parent, out)
+    # One C entry for both: a null tree_parent is a chain (replayssm_mamba2_spec_verify forwards there too).
+    _launch_pdl(pdl, "replayssm_mamba2_spec_verify_tree", x.device, *_m2_geometry(x, B), history, window, x, dt, B, C,
+                z, A, dt_bias, D, int(dt_softplus), checkpoint, x_ring, dt_ring, B_ring, cursor, slot_idx,
+                query_start_loc, tree_parent, out)
 
 
 @_op("x_ring", "dt_ring", "B_ring")

@@ -96,18 +96,6 @@ void run_fold(const Mamba2ReplayParams& p, const FoldDstParams& dst, Device dev,
   cpu::mamba2_materialize(p, dst);
 }
 
-// Where export_state / materialize take their dtype and device from: the x ring (they have no token inputs).
-Device fold_device(Arg& xr, DType& act) {
-  xr.required().dtype_in({DType::f32, DType::bf16, DType::f16, DType::f64}, "the activation dtype");
-  const Device dev = xr.view().device;
-  act = xr.view().dtype;
-  if (dev.type == DeviceType::cuda) {
-    if (!built_with_cuda()) xr.fail("is on a CUDA device but this build has no CUDA support");
-    if (act == DType::f64) xr.fail("float64 tensors are supported on the CPU only");
-  }
-  return dev;
-}
-
 }  // namespace
 
 void decode(const DecodeArgs& a, Stream stream) {
@@ -163,7 +151,7 @@ void materialize(const MaterializeArgs& a, Stream stream) {
   const ReplayCache& c = a.cache;
   DType act;
   Arg xr("cache.x_ring", c.x_ring);
-  const Device dev = fold_device(xr, act);
+  const Device dev = ring_device(xr, act);
   const int64_t rows = check_index_vector("slot_idx", a.slot_idx, dev);
   const int64_t slots = check_pool("cache.checkpoint", c.checkpoint, {{a.geo.heads, "heads"},
                                    {a.geo.headdim, "headdim"}, {a.geo.dstate, "dstate"}}, c.checkpoint.dtype, dev, -1);
@@ -188,7 +176,7 @@ void export_state(const ExportStateArgs& a, Stream stream) {
   const ReplayCache c = spec ? ReplayCache{sc.checkpoint, sc.x_ring, sc.dt_ring, sc.B_ring, sc.cursor} : a.cache;
   DType act;
   Arg xr(pre + ".x_ring", c.x_ring);
-  const Device dev = fold_device(xr, act);
+  const Device dev = ring_device(xr, act);
   const int64_t rows = check_index_vector("slot_idx", a.slot_idx, dev);
   const std::initializer_list<detail::Dim> per_slot = {{a.geo.heads, "heads"}, {a.geo.headdim, "headdim"}, {a.geo.dstate, "dstate"}};
   const int64_t slots = check_pool((pre + ".checkpoint").c_str(), c.checkpoint, per_slot, c.checkpoint.dtype, dev, -1);
@@ -228,12 +216,8 @@ void spec_verify(const VerifyArgs& a, Stream stream) {
   }
   auto cur = detail::read_int32(c.cursor, stream);
   if (ids && cur)
-    for (int32_t s : *ids) {
-      if (s < 0) continue;
-      const std::string at = "cursor[" + std::to_string(s) + "]";
-      detail::check_range("cache.cursor", (*cur)[size_t(s) * 2], 0, a.spec.history + 1, (at + ".w").c_str());
-      detail::check_range("cache.cursor", (*cur)[size_t(s) * 2 + 1], 0, R, (at + ".origin").c_str());
-    }
+    for (int32_t s : *ids)
+      if (s >= 0) check_spec_cursor(*cur, s, a.spec.history, R);
 
   Mamba2VerifyParams p;
   fill_step(p.step, a.geo, a.in, a.w, a.out, info.act, info.tokens, rows, a.slot_idx, c.checkpoint);

@@ -49,9 +49,9 @@ TokenInfo check_inputs(const Mamba2Geometry& geo, const mamba2::TokenInputs& in,
   return info;
 }
 
-int64_t check_index_vector(const char* name, const TensorView& t, Device dev, int64_t rows) {
+int64_t check_index_vector(const char* name, const TensorView& t, Device dev, int64_t rows, const char* label) {
   Arg a(name, t);
-  a.required().shape({{rows, "rows"}}).dtype(DType::i32).device(dev).nonnegative_strides();
+  a.required().shape({{rows, label}}).dtype(DType::i32).device(dev).nonnegative_strides();
   if (t.shape[0] > 1 && t.stride[0] != 1) a.fail("must be contiguous (stride 1), got strides " + t.stride_string());
   return t.shape[0];
 }
@@ -169,13 +169,27 @@ Mamba2RingParams ring_params(const TensorView& x_ring, const TensorView& dt_ring
   return r;
 }
 
+Device ring_device(Arg& xr, DType& act) {
+  xr.required().dtype_in({DType::f32, DType::bf16, DType::f16, DType::f64}, "the activation dtype");
+  const Device dev = xr.view().device;
+  act = xr.view().dtype;
+  if (dev.type == DeviceType::cuda) {
+    if (!built_with_cuda()) xr.fail("is on a CUDA device but this build has no CUDA support");
+    if (act == DType::f64) xr.fail("float64 tensors are supported on the CPU only");
+  }
+  return dev;
+}
+
+void check_spec_cursor(const std::vector<int32_t>& cur, int32_t s, int history, int R) {
+  const std::string at = "cursor[" + std::to_string(s) + "]";
+  detail::check_range("cache.cursor", cur[size_t(s) * 2], 0, history + 1, (at + ".w").c_str());
+  detail::check_range("cache.cursor", cur[size_t(s) * 2 + 1], 0, R, (at + ".origin").c_str());
+}
+
 std::optional<std::vector<int32_t>> check_tree_parent(const TensorView& tree_parent, Device dev, int64_t tokens,
                                                       const std::optional<std::vector<int32_t>>& slot_ids,
                                                       const std::optional<std::vector<int32_t>>& qsl, Stream stream) {
-  Arg a("tree_parent", tree_parent);
-  a.required().shape({{tokens, "tokens"}}).dtype(DType::i32).device(dev).nonnegative_strides();
-  if (tree_parent.shape[0] > 1 && tree_parent.stride[0] != 1)
-    a.fail("must be contiguous (stride 1), got strides " + tree_parent.stride_string());
+  check_index_vector("tree_parent", tree_parent, dev, tokens, "tokens");
   auto par = detail::read_int32(tree_parent, stream);
   if (!par || !qsl || !slot_ids) return par;
   for (size_t row = 0; row < slot_ids->size(); ++row) {

@@ -23,8 +23,9 @@ struct TokenInfo {
 TokenInfo check_inputs(const Mamba2Geometry& geo, const mamba2::TokenInputs& in, const mamba2::Weights& w,
                        const TensorView& out, int64_t tokens);
 
-// [rows] int32, unit stride, on dev; returns rows.
-int64_t check_index_vector(const char* name, const TensorView& t, Device dev, int64_t rows = -1);
+// [rows] int32, unit stride, on dev; returns rows. `label` names the dimension in the error ("tokens" for tree_parent).
+int64_t check_index_vector(const char* name, const TensorView& t, Device dev, int64_t rows = -1,
+                           const char* label = "rows");
 
 // A slot-keyed pool [slots, dims...] of `dtype` (or a state dtype when state == true), dense within
 // a slot, slots not overlapping. slots = -1 takes the count from the tensor. Returns slots.
@@ -52,6 +53,13 @@ void check_rings(const Mamba2Geometry& geo, const TensorView& x_ring, const Tens
                  const std::string& pre = "cache");
 Mamba2RingParams ring_params(const TensorView& x_ring, const TensorView& dt_ring, const TensorView& B_ring,
                              const TensorView& cursor, int R);
+
+// The dtype and device of a cache's x ring, for the ops with no token inputs (materialize, export_state,
+// accept_tree_path): an activation dtype, and CUDA only where the build has it (float64 on the CPU only).
+Device ring_device(Arg& xr, DType& act);
+
+// A speculative cursor row (w, origin) of slot s, from its host values: 0 <= w <= history, 0 <= origin < R.
+void check_spec_cursor(const std::vector<int32_t>& cur, int32_t s, int history, int R);
 
 // tree_parent [tokens] int32 (spec_verify, accept_tree_path); where readable, for every live row's window (qsl) -1 at
 // token 0 and 0 <= parent < j at token j. Returns the values.

@@ -5,7 +5,6 @@
 #include "core/host_read.hpp"
 #include "cpu/mamba2_ops.hpp"
 #include "dispatch/mamba2_check.hpp"
-#include "replayssm/backend.hpp"
 #include "replayssm/mamba2.hpp"
 #if defined(REPLAYSSM_WITH_CUDA)
 #include "cuda/ops.hpp"
@@ -21,21 +20,15 @@ void accept_tree_path(const TreeAcceptArgs& a, Stream stream) {
   a.geo.validate("geo");
   const SpecCache& c = a.cache;
   Arg xr("cache.x_ring", c.x_ring);
-  xr.required().dtype_in({DType::f32, DType::bf16, DType::f16, DType::f64}, "the activation dtype");
-  const Device dev = c.x_ring.device;
-  const DType act = c.x_ring.dtype;
-  if (dev.type == DeviceType::cuda) {
-    if (!built_with_cuda()) xr.fail("is on a CUDA device but this build has no CUDA support");
-    if (act == DType::f64) xr.fail("float64 tensors are supported on the CPU only");
-  }
+  DType act;
+  const Device dev = ring_device(xr, act);
   const int R = a.spec.ring_len();
   const int64_t slots = check_pool("cache.cursor", c.cursor, {{2, "(w, origin)"}}, DType::i32, dev, -1);
   check_rings(a.geo, c.x_ring, c.dt_ring, c.B_ring, act, dev, slots, R);
   const int64_t rows = check_index_vector("slot_idx", a.slot_idx, dev);
   check_index_vector("query_start_loc", a.query_start_loc, dev, rows + 1);
   // tree_parent's shape and dtype first: its length is the token count query_start_loc is checked against.
-  Arg("tree_parent", a.tree_parent).required().shape({{-1, "tokens"}}).dtype(DType::i32).device(dev);
-  const int64_t tokens = a.tree_parent.shape[0];
+  const int64_t tokens = check_index_vector("tree_parent", a.tree_parent, dev, -1, "tokens");
   check_index_vector("accepted_leaf", a.accepted_leaf, dev, rows);
   check_index_vector("num_accepted", a.num_accepted, dev, rows);
 
@@ -50,9 +43,7 @@ void accept_tree_path(const TreeAcceptArgs& a, Stream stream) {
     for (size_t row = 0; row < ids->size(); ++row) {
       const int32_t s = (*ids)[row], t0 = (*qsl)[row], n = (*qsl)[row + 1] - t0;
       if (s < 0 || n == 0) continue;
-      const std::string at = "cursor[" + std::to_string(s) + "]";
-      detail::check_range("cache.cursor", (*cur)[size_t(s) * 2], 0, a.spec.history + 1, (at + ".w").c_str());
-      detail::check_range("cache.cursor", (*cur)[size_t(s) * 2 + 1], 0, R, (at + ".origin").c_str());
+      check_spec_cursor(*cur, s, a.spec.history, R);
       const int32_t l = (*leaf)[row];
       detail::check_range("accepted_leaf", l, 0, n, ("accepted_leaf[" + std::to_string(row) + "] (a window index)").c_str());
       int depth = 0;

@@ -32,6 +32,12 @@ struct Dl {
     t.shape = shape.data();
     t.strides = nullptr;  // row-major
   }
+  // A copy owns its own buffers: the descriptor points at them, not at the original's.
+  Dl(const Dl& o) : data(o.data), shape(o.shape), t(o.t) {
+    t.data = data.data();
+    t.shape = shape.data();
+  }
+  Dl& operator=(const Dl&) = delete;
   replayssm::TensorView view() const { return replayssm::from_dlpack(t); }
 };
 constexpr DLDataType kF32{kDLFloat, 32, 1};
@@ -176,8 +182,6 @@ TEST(CApi, GdnPerChannelGatesMatchTheCppOp) {
   fill(A_log.data, 1.f, 6); fill(dt_bias.data, 1.f, 7); fill(state.data, 0.5f, 8);
   slot_idx.data = {1, 0};
   Dl<float> state_cpp = state;
-  state_cpp.t.data = state_cpp.data.data();
-  state_cpp.t.shape = state_cpp.shape.data();
   ASSERT_EQ(replayssm_gdn_decode(H, HV, K, V, &q.t, &k.t, &v.t, &a.t, &b.t, &A_log.t, &dt_bias.t, 0.f, 1, &state.t,
                                  &slot_idx.t, &out_c.t, nullptr),
             REPLAYSSM_OK)
@@ -356,8 +360,6 @@ TEST(CApi, Mamba2TreeVerifyAndAcceptMatchTheCppOps) {
   acc.data = {3, 2};
   // The C++ ops on copies first.
   auto xr2 = xr, dtr2 = dtr, br2 = br, out2 = out, ck2 = ck;
-  xr2.t.data = xr2.data.data(); dtr2.t.data = dtr2.data.data(); br2.t.data = br2.data.data();
-  out2.t.data = out2.data.data(); ck2.t.data = ck2.data.data();
   using namespace replayssm;
   const mamba2::SpecCache cache2{ck2.view(), xr2.view(), dtr2.view(), br2.view(), cursor.view()};
   mamba2::VerifyArgs va{{H, P, N, G}, SpecConfig{history, window}, {x.view(), dt.view(), B.view(), C.view(), {}},

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -18,7 +19,7 @@ struct LateCopies {
   const void* src[kMax] = {};
   size_t bytes[kMax] = {};
   void add(void* d, const void* s, size_t b) {
-    if (n == kMax) throw std::runtime_error("LateCopies: at most 12 buffers");
+    if (n == kMax) throw std::runtime_error("LateCopies: at most " + std::to_string(kMax) + " buffers");
     dst[n] = d; src[n] = s; bytes[n] = b; ++n;
   }
 };

@@ -109,8 +109,8 @@ void run_on_device(Args& d, const std::vector<TensorView>& late, Op op) {
     op(d, nullptr);
   } else {
     std::vector<std::pair<void*, size_t>> bufs;
-    for (const TensorView& v : late)  // past LateCopies::kMax the last ones are simply written on time
-      if (v.defined() && bufs.size() < size_t(LateCopies::kMax))
+    for (const TensorView& v : late)  // every one written late (LateCopies throws past its kMax)
+      if (v.defined())
         bufs.emplace_back(v.data, size_t(extent_elems(v)) * dtype_size(v.dtype));
     const PdlStream s(true);
     const BehindProducer producer(bufs, 100000, s.get());
@@ -135,7 +135,6 @@ Backend gpu_backend(CpuDiff* diff) {
                  m.up(a.cache.cursor)};
       d.slot_idx = m.up(a.slot_idx); d.query_start_loc = m.up(a.query_start_loc); d.out = m.up(a.out);
       d.tree_parent = m.up(a.tree_parent);  // undefined stays undefined: a chain
-      // tree_parent first: a producer writes at most LateCopies::kMax buffers late (run_on_device).
       run_on_device(d,
                     {d.tree_parent, d.in.x, d.in.dt, d.in.B, d.in.C, d.in.z, d.query_start_loc, d.cache.cursor,
                      d.cache.x_ring, d.cache.dt_ring, d.cache.B_ring},
