@@ -1,6 +1,5 @@
 #include "dispatch/mamba2_check.hpp"
 
-#include <cstdlib>
 #include <string>
 
 #include "core/host_read.hpp"
@@ -205,14 +204,6 @@ std::optional<std::vector<int32_t>> check_tree_parent(const TensorView& tree_par
     }
   }
   return par;
-}
-
-void require_cuda_tree_opt_in(Device dev) {
-  if (dev.type != DeviceType::cuda) return;
-  const char* e = std::getenv("REPLAYSSM_CUDA_TREES");
-  if (e && std::string(e) == "1") return;
-  throw Error("tree_parent", "tree speculation on CUDA is compiled but its GPU tests have not run yet; set "
-                             "REPLAYSSM_CUDA_TREES=1 to use it (the CPU backend runs it, tested)");
 }
 
 }  // namespace replayssm::detail::m2

@@ -67,8 +67,4 @@ std::optional<std::vector<int32_t>> check_tree_parent(const TensorView& tree_par
                                                       const std::optional<std::vector<int32_t>>& slot_ids,
                                                       const std::optional<std::vector<int32_t>>& qsl, Stream stream);
 
-// Tree speculation on CUDA is opt-in until its GPU tests have run (they were written and compiled in the forty-second
-// session, when no device machine came): throws Error("tree_parent") on a CUDA device unless REPLAYSSM_CUDA_TREES=1.
-void require_cuda_tree_opt_in(Device dev);
-
 }  // namespace replayssm::detail::m2

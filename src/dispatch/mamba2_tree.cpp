@@ -35,7 +35,6 @@ void accept_tree_path(const TreeAcceptArgs& a, Stream stream) {
   auto ids = check_slot_values("slot_idx", a.slot_idx, slots, stream);
   auto qsl = check_qsl(a.query_start_loc, rows, a.spec.window, tokens, stream);
   auto par = check_tree_parent(a.tree_parent, dev, tokens, ids, qsl, stream);
-  require_cuda_tree_opt_in(dev);
   auto cur = detail::read_int32(c.cursor, stream);
   auto leaf = detail::read_int32(a.accepted_leaf, stream);
   auto acc = detail::read_int32(a.num_accepted, stream);

@@ -2,7 +2,6 @@
 Mamba2ReplayCaches.commit_tree) against the float64 recurrence of test_mamba2.py: every window token's output from
 the committed state along its own path, a random accepted path committed, the cursors as the fold rule says; and bad
 trees rejected by name with nothing written."""
-import os
 
 import pytest
 import torch
@@ -11,8 +10,6 @@ from conftest import assert_rejected, int32, out_tol, pair_id, rel_err, rounded
 from replayssm import ops
 from streams import check_padding, flush_due, random_windows, sel
 from test_mamba2 import GEOMETRIES, World
-
-os.environ["REPLAYSSM_CUDA_TREES"] = "1"  # the CUDA tree path's opt-in (mamba2.hpp, VerifyArgs::tree_parent)
 
 
 def random_tree(gen, n):
