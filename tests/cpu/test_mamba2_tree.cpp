@@ -8,6 +8,8 @@
 
 #include "replayssm/cursor.hpp"
 #include "replayssm/error.hpp"
+#include "support/draft_trees.hpp"
+#include "support/expect_rejected.hpp"
 #include "support/mamba2_drivers.hpp"
 
 using namespace replayssm;
@@ -32,12 +34,6 @@ Config tree_setup(DtypePair dt, uint64_t seed, int rows = 4) {
 std::vector<int> qsl_of(const mamba2::VerifyArgs& va, int rows) {
   const auto* q = static_cast<const int32_t*>(va.query_start_loc.data);
   return std::vector<int>(q, q + rows + 1);
-}
-
-int depth(const int32_t* par, int j) {
-  int d = 0;
-  for (; j > 0; j = par[j]) ++d;
-  return d;
 }
 
 TEST(Mamba2Tree, StreamEveryDtypePair) {
@@ -130,16 +126,9 @@ TEST(Mamba2Tree, TamperedTreeFails) {
       if (step < 10 || at >= 0) return;
       auto* par = static_cast<int32_t*>(va.tree_parent.data);
       const std::vector<int> qsl = qsl_of(va, q.s.rows);
-      for (int r = 0; r < q.s.rows; ++r) {
-        if (q.slot_of_row[size_t(r)] < 0) continue;
-        const int t0 = qsl[size_t(r)], n = qsl[size_t(r) + 1] - t0;
-        if (!drop) {
-          par[t0 + n - 1] = (par[t0 + n - 1] + 1) % (n - 1);  // n = 4: another of 0..2
-          at = step;
-          return;
-        }
-        for (int j = 1; j < n; ++j)
-          if (par[t0 + j] != j - 1) { va.tree_parent = {}; at = step; return; }
+      if (drop ? some_tree_not_chain(q.slot_of_row, qsl.data(), par) : move_last_parent(q.slot_of_row, qsl.data(), par)) {
+        if (drop) va.tree_parent = {};
+        at = step;
       }
     };
     const RunLog log = run_spec(pb, o, cpu_backend());
@@ -166,22 +155,9 @@ TEST(Mamba2Tree, WrongAcceptedPathFails) {
     o.tree = o.full_windows = true;
     o.tamper_accept = [&](int step, Problem& q, mamba2::TreeAcceptArgs& ta) {
       if (step < 10 || at >= 0) return;
-      auto* par = static_cast<int32_t*>(ta.tree_parent.data);
-      auto* leaf = static_cast<int32_t*>(ta.accepted_leaf.data);
-      const auto* qsl = static_cast<const int32_t*>(ta.query_start_loc.data);
-      for (int r = 0; r < q.s.rows; ++r) {
-        if (q.slot_of_row[size_t(r)] < 0) continue;
-        const int t0 = qsl[r], n = qsl[r + 1] - t0, d = depth(par + t0, leaf[r]);
-        if (sibling) {
-          for (int j = 1; j < n; ++j)
-            if (j != leaf[r] && j != d && leaf[r] != d && depth(par + t0, j) == d) { leaf[r] = j; at = step; return; }
-        } else if (leaf[r] != d) {  // the path is not 0 .. d
-          for (int j = 1; j < n; ++j) par[t0 + j] = j - 1;
-          leaf[r] = d;
-          at = step;
-          return;
-        }
-      }
+      if (wrong_accepted_path(sibling, q.slot_of_row, static_cast<const int32_t*>(ta.query_start_loc.data),
+                              static_cast<int32_t*>(ta.tree_parent.data), static_cast<int32_t*>(ta.accepted_leaf.data)))
+        at = step;
     };
     const RunLog log = run_spec(pb, o, cpu_backend());
     const double tol = tolerance(kF32).out;
@@ -190,23 +166,6 @@ TEST(Mamba2Tree, WrongAcceptedPathFails) {
     EXPECT_GT(log.out_err[size_t(at) + 1], 100 * tol);
     EXPECT_TRUE(log.cursor_ok);
   }
-}
-
-// op must throw replayssm::Error about `arg` and leave every tensor of `kept` byte-identical.
-template <class Op>
-void expect_rejected(const std::string& what, const std::string& arg, const std::vector<const HostTensor*>& kept,
-                     Op op) {
-  SCOPED_TRACE(what);
-  std::vector<std::vector<uint8_t>> before;
-  for (const HostTensor* t : kept) before.push_back(t->bytes());
-  try {
-    op();
-    ADD_FAILURE() << "accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.argument(), arg) << e.what();
-    EXPECT_NE(std::string(e.what()).find(arg), std::string::npos) << e.what();
-  }
-  for (size_t i = 0; i < kept.size(); ++i) EXPECT_TRUE(kept[i]->bytes() == before[i]) << "tensor " << i << " written";
 }
 
 TEST(Mamba2Tree, BadTreeArgumentsRejected) {
@@ -337,7 +296,7 @@ TEST(Mamba2Tree, AcceptMovesOnlyThePath) {
       qsl.push_back(qsl.back() + int(r.parent.size()));
       parent.insert(parent.end(), r.parent.begin(), r.parent.end());
       leaf.push_back(r.leaf);
-      acc.push_back(r.slot < 0 || r.parent.empty() ? 0 : depth(r.parent.data(), r.leaf) + 1);
+      acc.push_back(r.slot < 0 || r.parent.empty() ? 0 : tree_depth(r.parent.data(), r.leaf) + 1);
     }
     pb.set_slots(slots);
     pb.make_spec_cache(sc);
