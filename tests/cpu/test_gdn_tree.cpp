@@ -10,6 +10,7 @@
 #include "support/draft_trees.hpp"
 #include "support/expect_rejected.hpp"
 #include "support/gdn_streams.hpp"
+#include "support/tree_rejects.hpp"
 
 namespace replayssm::test::gdn {
 namespace {
@@ -195,94 +196,43 @@ TEST(GdnTree, BadTreeArgumentsRejected) {
   const std::vector<int32_t> slot_ids = {3, -1, 1, 5};
   for (int s : {3, 1, 5}) fx.set_cursor(s, 4, 13);
   // Every row (the padding row too) brings a full window, tree {-1, 0, 0, 2}, leaf 3 (path 0 -> 2 -> 3, k = 3).
-  const int rows = int(slot_ids.size()), T = fx.sc.window, tokens = rows * T, pad = 1, lt0 = 3 * T;  // last live row
-  std::vector<int32_t> qsl(size_t(rows) + 1), parent, leaf(size_t(rows), 3), acc(size_t(rows), 3);
-  for (int r = 0; r < rows; ++r) {
-    qsl[size_t(r) + 1] = qsl[size_t(r)] + T;
-    parent.insert(parent.end(), {-1, 0, 0, 2});
-  }
+  const TreeRejectBatch b = tree_reject_batch(slot_ids, fx.sc.window);
+  const int tokens = b.rows * b.T;
   const Weights w = make_weights(fx.geo, fx.rng);
   const Tokens tok = make_tokens(fx.geo, DType::bf16, tokens, fx.rng);
-  HostTensor out = make_out(fx.geo, DType::bf16, tokens), qt = i32(qsl), sl = i32(slot_ids);
+  HostTensor out = make_out(fx.geo, DType::bf16, tokens), qt = i32(b.qsl), sl = i32(slot_ids);
   const ReplayCaches& cc = fx.cache;
   const std::vector<const HostTensor*> kept = {&cc.checkpoint, &cc.d_ring, &cc.k_ring, &cc.g_ring, &cc.cursor, &out};
+  const std::vector<const HostTensor*> caches(kept.begin(), kept.end() - 1);
 
   auto verify = [&](const TensorView& tree) {
     G::VerifyArgs a{fx.geo, fx.sc, tok.view(), w.view(), cc.spec_view(), sl.view(), qt.view(), out.view()};
     a.tree_parent = tree;
     G::spec_verify(a);
   };
-  auto with = [&](int token, int value) {
-    std::vector<int32_t> v = parent;
-    v[size_t(token)] = value;
-    return i32(v);
-  };
-  HostTensor as_float(DType::f32, {tokens});
-  for (int t = 0; t < tokens; ++t) as_float.set_flat(t, parent[size_t(t)]);
-  std::vector<int32_t> longer = parent;
-  longer.push_back(-1);
-  const HostTensor root0 = with(lt0, 0), self = with(lt0 + 2, 2), later = with(lt0 + 2, 3), none = with(lt0 + 1, -1),
-                   short_t = i32(std::vector<int32_t>(parent.begin(), parent.end() - 1)), long_t = i32(longer),
-                   two_d = i32_2d(parent, tokens, 1);
-  auto verify_rejected = [&](const std::string& what, const HostTensor& tree) {
-    expect_rejected(what, "tree_parent", kept, [&] { verify(tree.view()); });
-  };
-  verify_rejected("a row's first token with parent 0", root0);
-  verify_rejected("token 2 its own parent", self);
-  verify_rejected("token 2 with parent 3", later);
-  verify_rejected("token 1 with parent -1", none);
-  verify_rejected("float32", as_float);
-  verify_rejected("one token short", short_t);
-  verify_rejected("one token long", long_t);
-  verify_rejected("[tokens, 1]", two_d);
-  // The padding row's parents are never read: any values pass.
-  std::vector<int32_t> good = parent;
-  good[size_t(pad * T)] = 5;
-  good[size_t(pad * T + 2)] = 9;
-  const HostTensor good_t = i32(good);
-  ASSERT_NO_THROW(verify(good_t.view()));
-
-  leaf[size_t(pad)] = 99;  // padding row: not read either
-  acc[size_t(pad)] = 0;
-  auto accept = [&](const TensorView& tree, const TensorView& lf, const TensorView& na, G::SpecCache c) {
+  const G::SpecCache sv = cc.spec_view();
+  auto accept_to = [&](const TensorView& tree, const TensorView& lf, const TensorView& na, const G::SpecCache& c) {
     G::accept_tree_path({fx.geo, fx.sc, c, sl.view(), qt.view(), tree, lf, na});
   };
-  auto edited = [&](std::vector<int32_t> v, int value) {
-    v[0] = value;  // row 0 is live
-    return i32(v);
+  auto accept = [&](const TensorView& tree, const TensorView& lf, const TensorView& na) { accept_to(tree, lf, na, sv); };
+  const HostTensor good_t = expect_bad_tree_args_rejected(b, kept, caches, verify, accept);
+
+  // GDN's own: the cache's rings and cursor, and CUDA.
+  const HostTensor lt = i32(b.leaf), at = i32(b.acc);
+  auto accept_rejected = [&](const std::string& what, const std::string& arg, const G::SpecCache& c) {
+    expect_rejected(what, arg, caches, [&] { accept_to(good_t.view(), lt.view(), at.view(), c); });
   };
-  const HostTensor lt = i32(leaf), at = i32(acc);
-  const HostTensor leaf_n = edited(leaf, T), leaf_neg = edited(leaf, -1), acc_2 = edited(acc, 2),
-                   acc_4 = edited(acc, 4), leaf_short = i32(std::vector<int32_t>(leaf.begin(), leaf.end() - 1));
-  HostTensor acc_float(DType::f32, {rows});
-  for (int r = 0; r < rows; ++r) acc_float.set_flat(r, acc[size_t(r)]);
-  const std::vector<const HostTensor*> caches(kept.begin(), kept.end() - 1);
-  auto accept_rejected = [&](const std::string& what, const std::string& arg, const TensorView& tree,
-                             const HostTensor& lf, const HostTensor& na, G::SpecCache c) {
-    expect_rejected(what, arg, caches, [&] { accept(tree, lf.view(), na.view(), c); });
-  };
-  const G::SpecCache sv = cc.spec_view();
-  accept_rejected("leaf = window length", "accepted_leaf", good_t.view(), leaf_n, at, sv);
-  accept_rejected("leaf -1", "accepted_leaf", good_t.view(), leaf_neg, at, sv);
-  accept_rejected("leaf one row short", "accepted_leaf", good_t.view(), leaf_short, at, sv);
-  accept_rejected("num_accepted = depth", "num_accepted", good_t.view(), lt, acc_2, sv);
-  accept_rejected("num_accepted = depth + 2", "num_accepted", good_t.view(), lt, acc_4, sv);
-  accept_rejected("num_accepted float32", "num_accepted", good_t.view(), lt, acc_float, sv);
-  accept_rejected("no tree_parent", "tree_parent", {}, lt, at, sv);
-  accept_rejected("tree_parent with a later parent", "tree_parent", later.view(), lt, at, sv);
-  accept_rejected("tree_parent [tokens, 1]", "tree_parent", two_d.view(), lt, at, sv);
-  accept_rejected("tree_parent float32", "tree_parent", as_float.view(), lt, at, sv);
   G::SpecCache bad = sv;
   bad.g_ring = {};
-  accept_rejected("no g ring", "cache.g_ring", good_t.view(), lt, at, bad);
+  accept_rejected("no g ring", "cache.g_ring", bad);
   bad = sv;
   bad.cursor.shape[1] = 1;
-  accept_rejected("cursor [slots, 1]", "cache.cursor", good_t.view(), lt, at, bad);
+  accept_rejected("cursor [slots, 1]", "cache.cursor", bad);
   HostTensor far = cc.cursor;
   far.set({3, 0}, fx.sc.history + 1);
   bad = sv;
   bad.cursor = far.view();
-  accept_rejected("cursor w > history", "cache.cursor", good_t.view(), lt, at, bad);
+  accept_rejected("cursor w > history", "cache.cursor", bad);
   // On a CUDA device the GDN trees are refused, before anything runs (whatever the build).
   G::SpecCache on_cuda = sv;
   for (TensorView* t : {&on_cuda.checkpoint, &on_cuda.d_ring, &on_cuda.k_ring, &on_cuda.g_ring, &on_cuda.cursor})
@@ -294,7 +244,7 @@ TEST(GdnTree, BadTreeArgumentsRejected) {
   });
 
   const std::vector<uint8_t> d_before = cc.d_ring.bytes();
-  ASSERT_NO_THROW(accept(good_t.view(), lt.view(), at.view(), sv));
+  ASSERT_NO_THROW(accept(good_t.view(), lt.view(), at.view()));
   EXPECT_FALSE(cc.d_ring.bytes() == d_before);  // the path 0 -> 2 -> 3 moved
   EXPECT_NO_THROW(commit_cursors(cc.cursor.view(), sl.view(), at.view(), qt.view(), fx.sc));
 }
