@@ -119,8 +119,35 @@ struct VerifyArgs {
   // CUDA (sm_90): as ReplayDecodeArgs::pdl; before the previous kernel (e.g. commit_cursors) has finished only slot_idx
   // and the checkpoint are read, so it must not write those two. Ignored on the CPU.
   bool pdl = false;
+  // Tree speculation (EAGLE-style draft trees), optional: [tokens] int32, each window token's parent as an index within
+  // its row's window: -1 for token 0, 0 <= parent < j for token j (topological order). Output j is then causal along the
+  // path 0 -> .. -> j only: the state after the history and that path's tokens (the window solve runs over each token's
+  // ancestors, the decay sums along its path). Absent = a chain (parent j - 1). No state is written for any node, as
+  // for a chain; the window's (d, k, g) go into the ring at logical w + j (d_j depends on j's ancestors only). Once the
+  // engine has picked the accepted path, accept_tree_path() moves its entries to w, w + 1, .. on every layer, and
+  // commit_cursors() advances by its length. CPU backend only for now: on a CUDA device a tree_parent throws
+  // Error("tree_parent").
+  TensorView tree_parent{};
 };
 void spec_verify(const VerifyArgs& args, Stream stream = nullptr);
+
+// ---- tree speculation: keep the accepted path's ring entries (as mamba2::accept_tree_path) ----
+// After spec_verify with a tree_parent and before commit_cursors (which reads the same num_accepted): per row, the path
+// 0 = a_0 -> a_1 -> .. -> a_{k-1} = accepted_leaf (k = num_accepted) is read from tree_parent, and the ring entries of
+// window token a_i (d and g per v-head, k per k-head) move to logical w + i. Rows whose path is the chain prefix move
+// nothing. Only the rings are written; the cursor is read. Run it on every layer (each layer has its own rings), then
+// commit_cursors once. CPU backend only for now: on a CUDA device it throws Error("tree_parent").
+struct TreeAcceptArgs {
+  GdnGeometry geo;
+  SpecConfig spec;
+  SpecCache cache;             // d_ring, k_ring, g_ring rewritten; cursor read; checkpoint not used
+  TensorView slot_idx;         // [rows] int32, < 0 = padding
+  TensorView query_start_loc;  // [rows + 1] int32, as given to spec_verify
+  TensorView tree_parent;      // [tokens] int32, as given to spec_verify
+  TensorView accepted_leaf;    // [rows] int32, window index of the row's last accepted token (0 .. window length - 1)
+  TensorView num_accepted;     // [rows] int32, the path's length: depth of accepted_leaf + 1 (commit_cursors' argument)
+};
+void accept_tree_path(const TreeAcceptArgs& args, Stream stream = nullptr);
 
 struct ClassicSpecArgs {
   GdnGeometry geo;

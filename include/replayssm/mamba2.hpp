@@ -136,8 +136,7 @@ struct VerifyArgs {
   // path 0 -> .. -> j only: the state after the history and that path's tokens. Absent = a chain (parent j - 1). No state
   // is written for any node, as for a chain; the window's inputs go into the ring at logical w + j. Once the engine has
   // picked the accepted path, accept_tree_path() moves its tokens to w, w + 1, .. on every layer, and commit_cursors()
-  // advances by its length. CUDA: launched without pdl (the flag is ignored), and opt-in with REPLAYSSM_CUDA_TREES=1
-  // until its GPU tests have run (written and compiled, not yet run on a GPU: forty-second session).
+  // advances by its length. CUDA: launched without pdl (the flag is ignored).
   TensorView tree_parent{};
 };
 void spec_verify(const VerifyArgs& args, Stream stream = nullptr);

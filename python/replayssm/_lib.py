@@ -122,6 +122,8 @@ _SIGNATURES = {
     "replayssm_gdn_materialize": ([_I] * 4 + [_T] * 6 + [_P], _I),
     "replayssm_gdn_export_state": ([_I] * 4 + [_T] * 8 + [_P], _I),
     "replayssm_gdn_spec_verify": (_GDN[:4] + [_I, _I] + _GDN[4:] + [_T] * 8 + [_P], _I),
+    "replayssm_gdn_spec_verify_tree": (_GDN[:4] + [_I, _I] + _GDN[4:] + [_T] * 9 + [_P], _I),
+    "replayssm_gdn_accept_tree_path": ([_I] * 6 + [_T] * 9 + [_P], _I),
     "replayssm_gdn_classic_spec_decode": (_GDN[:4] + [_I] + _GDN[4:] + [_T] * 5 + [_P], _I),
     "replayssm_advance_cursors": ([_T, _T, _I, _P], _I),
     "replayssm_commit_cursors": ([_T, _T, _T, _T, _I, _I, _P], _I),

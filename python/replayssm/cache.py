@@ -62,6 +62,13 @@ class _ReplayCaches:
         """Speculative decode: after every layer verified the windows. pdl: see ops.commit_cursors."""
         ops.commit_cursors(self.cursor, slot_idx, num_accepted, query_start_loc, self.history, self.window, pdl=pdl)
 
+    def commit_tree(self, slot_idx, query_start_loc, tree_parent, accepted_leaf, num_accepted, pdl=False):
+        """Tree speculation, after every layer verified with tree_parent: each layer's accepted paths moved in its
+        rings (ops.*_accept_tree_path), then the cursors advanced by num_accepted once (commit)."""
+        for L in self.layers:
+            self._accept_tree_path(L, slot_idx, query_start_loc, tree_parent, accepted_leaf, num_accepted)
+        self.commit(slot_idx, num_accepted, query_start_loc, pdl=pdl)
+
     # ---- admission ----
     def reset_slots(self, slot_idx):
         """New requests in these slots (slot ids, < 0 ignored): cursors to 0, so each checkpoint is
@@ -120,13 +127,9 @@ class Mamba2ReplayCaches(_ReplayCaches):
         self.state_dtype, self.act_dtype = state_dtype, act_dtype
         super().__init__(num_layers, slots, ring_len, history, window, device)
 
-    def commit_tree(self, slot_idx, query_start_loc, tree_parent, accepted_leaf, num_accepted, pdl=False):
-        """Tree speculation, after every layer verified with tree_parent: each layer's accepted paths moved in its
-        rings (ops.mamba2_accept_tree_path), then the cursors advanced by num_accepted once (commit)."""
-        for L in self.layers:
-            ops.mamba2_accept_tree_path(L["x_ring"], L["dt_ring"], L["B_ring"], self.cursor, slot_idx, query_start_loc,
-                                        tree_parent, accepted_leaf, num_accepted, self.history, self.window)
-        self.commit(slot_idx, num_accepted, query_start_loc, pdl=pdl)
+    def _accept_tree_path(self, L, slot_idx, query_start_loc, tree_parent, accepted_leaf, num_accepted):
+        ops.mamba2_accept_tree_path(L["x_ring"], L["dt_ring"], L["B_ring"], self.cursor, slot_idx, query_start_loc,
+                                    tree_parent, accepted_leaf, num_accepted, self.history, self.window)
 
     def _export(self, i, src, dst_pool, dst, A):
         """A: the layer's A (float32 [heads]), or a list with one per layer."""
@@ -156,6 +159,10 @@ class GdnReplayCaches(_ReplayCaches):
         self.state_dtype, self.ring_dtype = state_dtype, ring_dtype
         self.per_channel_gates = per_channel_gates
         super().__init__(num_layers, slots, ring_len, history, window, device)
+
+    def _accept_tree_path(self, L, slot_idx, query_start_loc, tree_parent, accepted_leaf, num_accepted):
+        ops.gdn_accept_tree_path(L["d_ring"], L["k_ring"], L["g_ring"], self.cursor, slot_idx, query_start_loc,
+                                 tree_parent, accepted_leaf, num_accepted, self.history, self.window)
 
     def _export(self, i, src, dst_pool, dst):
         L = self.layers[i]

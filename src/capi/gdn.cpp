@@ -90,6 +90,18 @@ int replayssm_gdn_spec_verify(int k_heads, int v_heads, int head_k_dim, int head
                               const DLTensor* k_ring, const DLTensor* g_ring, const DLTensor* cursor,
                               const DLTensor* slot_idx, const DLTensor* query_start_loc, const DLTensor* out,
                               void* stream) {
+  return replayssm_gdn_spec_verify_tree(k_heads, v_heads, head_k_dim, head_v_dim, history, window, q, k, v, a, b,
+                                        A_log, dt_bias, scale, qk_l2norm, checkpoint, d_ring, k_ring, g_ring, cursor,
+                                        slot_idx, query_start_loc, nullptr, out, stream);  // no tree: a chain
+}
+
+int replayssm_gdn_spec_verify_tree(int k_heads, int v_heads, int head_k_dim, int head_v_dim, int history, int window,
+                                   const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* a,
+                                   const DLTensor* b, const DLTensor* A_log, const DLTensor* dt_bias, float scale,
+                                   int qk_l2norm, const DLTensor* checkpoint, const DLTensor* d_ring,
+                                   const DLTensor* k_ring, const DLTensor* g_ring, const DLTensor* cursor,
+                                   const DLTensor* slot_idx, const DLTensor* query_start_loc,
+                                   const DLTensor* tree_parent, const DLTensor* out, void* stream) {
   return guarded([&] {
     gdn::SpecCache cache{view(checkpoint, "cache.checkpoint"), view(d_ring, "cache.d_ring"),
                          view(k_ring, "cache.k_ring"), view(g_ring, "cache.g_ring"), view(cursor, "cache.cursor")};
@@ -97,7 +109,24 @@ int replayssm_gdn_spec_verify(int k_heads, int v_heads, int head_k_dim, int head
                        weights(A_log, dt_bias, scale, qk_l2norm), cache, view(slot_idx, "slot_idx"),
                        view(query_start_loc, "query_start_loc"), view(out, "out")};
     va.pdl = capi::t_launch_pdl;
+    va.tree_parent = view(tree_parent, "tree_parent");
     gdn::spec_verify(va, stream);
+  });
+}
+
+int replayssm_gdn_accept_tree_path(int k_heads, int v_heads, int head_k_dim, int head_v_dim, int history, int window,
+                                   const DLTensor* d_ring, const DLTensor* k_ring, const DLTensor* g_ring,
+                                   const DLTensor* cursor, const DLTensor* slot_idx, const DLTensor* query_start_loc,
+                                   const DLTensor* tree_parent, const DLTensor* accepted_leaf,
+                                   const DLTensor* num_accepted, void* stream) {
+  return guarded([&] {
+    gdn::TreeAcceptArgs ta{{k_heads, v_heads, head_k_dim, head_v_dim}, SpecConfig{history, window},
+                           {TensorView{}, view(d_ring, "cache.d_ring"), view(k_ring, "cache.k_ring"),
+                            view(g_ring, "cache.g_ring"), view(cursor, "cache.cursor")},
+                           view(slot_idx, "slot_idx"), view(query_start_loc, "query_start_loc"),
+                           view(tree_parent, "tree_parent"), view(accepted_leaf, "accepted_leaf"),
+                           view(num_accepted, "num_accepted")};
+    gdn::accept_tree_path(ta, stream);
   });
 }
 

@@ -11,6 +11,7 @@ void gdn_decode(const GdnStepParams& p);                  // gdn_decode.cpp
 void gdn_replay_decode(const GdnReplayParams& p);         // gdn_replay_decode.cpp
 void gdn_materialize(const GdnReplayParams& p, const FoldDstParams& dst);  // gdn_materialize.cpp (and export_state)
 void gdn_spec_verify(const GdnVerifyParams& p);           // gdn_spec_verify.cpp
+void gdn_tree_accept(const GdnTreeAcceptParams& p);       // gdn_tree_accept.cpp (accept_tree_path)
 void gdn_classic_spec(const GdnClassicSpecParams& p);     // gdn_classic_spec.cpp
 
 }  // namespace replayssm::cpu

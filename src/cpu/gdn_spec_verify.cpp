@@ -14,11 +14,16 @@
 // Per-channel gates (run_per_channel): G, Gam are K-vectors; every exp(Gam_s - Gam_j) (k_j . x) becomes
 // sum_c k_jc x_c exp(Gam_sc - Gam_jc), S_h k_s becomes S_h (exp(Gam_s) o k_s), and the history keys are
 // decayed per channel (k_c o exp(G - G_c)) as in gdn_replay_decode.cpp.
+// Draft trees (tree_parent): token s's state is the history's plus its path 0 -> .. -> s. Gam_s sums g along the path
+// (Gam_s = g_s + Gam_parent(s)) and both sums over j above run over s's ancestors only, so d_s depends on its path
+// alone and the accepted path's ring entries are what a chain verify of that path would have written. A chain
+// (parents j - 1, or none given) runs the same operations in the same order: its results are byte-identical.
 #include <cmath>
 #include <vector>
 
 #include "cpu/gdn_common.hpp"
 #include "cpu/gdn_ops.hpp"
+#include "cpu/tree_window.hpp"
 
 namespace replayssm::cpu {
 namespace {
@@ -80,14 +85,16 @@ void run(const GdnVerifyParams& P) {
         for (int c = 0; c < w; ++c) om[c] = std::exp(G - om[c]);
         const T tot = std::exp(G);
 
-        // Window inputs.
-        T acc = 0;
+        // Window inputs; Gam_j along j's path.
+        const int32_t* par = P.tree_parent ? P.tree_parent + t0 : nullptr;
+        uint32_t anc[16];  // n <= window <= 16 (SpecConfig::validate)
+        path_masks(par, n, anc);
         for (int j = 0; j < n; ++j) {
           const TokenPrep<T> tp = prep_token<T>(p, t0 + j, hv, &qw[size_t(j) * K], &kw[size_t(j) * K], &vw[size_t(j) * V]);
           gw[j] = tp.g;
           beta[j] = tp.beta;
-          acc += tp.g;
-          gam[j] = acc;
+          const int pj = window_parent(par, j);
+          gam[j] = (pj < 0 ? T(0) : gam[pj]) + tp.g;
         }
 
         // S_h q_s and S_h k_s.
@@ -114,9 +121,10 @@ void run(const GdnVerifyParams& P) {
             }
         }
 
-        // Intra-window delta rule: forward substitution, then the outputs.
+        // Intra-window delta rule over each token's ancestors: forward substitution, then the outputs.
         for (int a = 0; a < n; ++a)
           for (int j = 0; j <= a; ++j) {
+            if (!on_path(anc[a], j)) continue;
             KK[size_t(a) * T_ + j] = dot(&kw[size_t(j) * K], &kw[size_t(a) * K], K);
             KQ[size_t(a) * T_ + j] = dot(&kw[size_t(j) * K], &qw[size_t(a) * K], K);
           }
@@ -125,10 +133,12 @@ void run(const GdnVerifyParams& P) {
           const T ea = std::exp(gam[a]);
           for (int i = 0; i < V; ++i) da[i] = beta[a] * (vw[size_t(a) * V + i] - ea * HK[size_t(a) * V + i]);
           for (int j = 0; j < a; ++j)
-            axpy(-beta[a] * std::exp(gam[a] - gam[j]) * KK[size_t(a) * T_ + j], &D[size_t(j) * V], da, V);
+            if (on_path(anc[a], j))
+              axpy(-beta[a] * std::exp(gam[a] - gam[j]) * KK[size_t(a) * T_ + j], &D[size_t(j) * V], da, V);
           T* oa = &O[size_t(a) * V];
           for (int i = 0; i < V; ++i) oa[i] = ea * HQ[size_t(a) * V + i];
-          for (int j = 0; j <= a; ++j) axpy(std::exp(gam[a] - gam[j]) * KQ[size_t(a) * T_ + j], &D[size_t(j) * V], oa, V);
+          for (int j = 0; j <= a; ++j)
+            if (on_path(anc[a], j)) axpy(std::exp(gam[a] - gam[j]) * KQ[size_t(a) * T_ + j], &D[size_t(j) * V], oa, V);
           store_row<T>(at(p.out, p.out_dtype, int64_t(t0 + a) * p.out_tok + hv * p.out_head), p.out_dtype, V, oa);
         }
 
@@ -179,12 +189,16 @@ void run_per_channel(const GdnVerifyParams& P) {
         }
         decay_history_per_channel(G.data(), kh.data(), tot.data(), w, K);
 
-        // Window inputs; Gam_j (inclusive, per channel); eq_j = exp(Gam_j) o q_j, ek_j likewise.
+        // Window inputs; Gam_j (inclusive along j's path, per channel); eq_j = exp(Gam_j) o q_j, ek_j likewise.
+        const int32_t* par = P.tree_parent ? P.tree_parent + t0 : nullptr;
+        uint32_t anc[16];  // n <= window <= 16 (SpecConfig::validate)
+        path_masks(par, n, anc);
         for (int j = 0; j < n; ++j) {
           T* gj = &gw[size_t(j) * K];
           const TokenPrep<T> tp = prep_token<T>(p, t0 + j, hv, &qw[size_t(j) * K], &kw[size_t(j) * K], &vw[size_t(j) * V], gj);
           beta[j] = tp.beta;
-          const T* prev = j > 0 ? &gam[size_t(j - 1) * K] : nullptr;
+          const int pj = window_parent(par, j);
+          const T* prev = pj >= 0 ? &gam[size_t(pj) * K] : nullptr;
 #pragma omp simd
           for (int e = 0; e < K; ++e) {
             gam[size_t(j) * K + e] = gj[e] + (prev ? prev[e] : T(0));
@@ -221,9 +235,10 @@ void run_per_channel(const GdnVerifyParams& P) {
             }
         }
 
-        // Intra-window: KK[a][j] = sum_c k_jc k_ac exp(Gam_ac - Gam_jc) (KQ with q_a), j <= a.
+        // Intra-window: KK[a][j] = sum_c k_jc k_ac exp(Gam_ac - Gam_jc) (KQ with q_a), j <= a on a's path.
         for (int a = 0; a < n; ++a)
           for (int j = 0; j <= a; ++j) {
+            if (!on_path(anc[a], j)) continue;
             T kk = 0, kq = 0;
 #pragma omp simd reduction(+ : kk, kq)
             for (int e = 0; e < K; ++e) {
@@ -237,10 +252,12 @@ void run_per_channel(const GdnVerifyParams& P) {
         for (int a = 0; a < n; ++a) {
           T* da = &D[size_t(a) * V];
           for (int i = 0; i < V; ++i) da[i] = beta[a] * (vw[size_t(a) * V + i] - HK[size_t(a) * V + i]);
-          for (int j = 0; j < a; ++j) axpy(-beta[a] * KK[size_t(a) * T_ + j], &D[size_t(j) * V], da, V);
+          for (int j = 0; j < a; ++j)
+            if (on_path(anc[a], j)) axpy(-beta[a] * KK[size_t(a) * T_ + j], &D[size_t(j) * V], da, V);
           T* oa = &O[size_t(a) * V];
           for (int i = 0; i < V; ++i) oa[i] = HQ[size_t(a) * V + i];
-          for (int j = 0; j <= a; ++j) axpy(KQ[size_t(a) * T_ + j], &D[size_t(j) * V], oa, V);
+          for (int j = 0; j <= a; ++j)
+            if (on_path(anc[a], j)) axpy(KQ[size_t(a) * T_ + j], &D[size_t(j) * V], oa, V);
           store_row<T>(at(p.out, p.out_dtype, int64_t(t0 + a) * p.out_tok + hv * p.out_head), p.out_dtype, V, oa);
         }
 

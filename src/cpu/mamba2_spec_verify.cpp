@@ -9,6 +9,7 @@
 // replays the history and the window's path 0 -> .. -> t only.
 #include "cpu/mamba2_common.hpp"
 #include "cpu/mamba2_ops.hpp"
+#include "cpu/tree_window.hpp"
 
 namespace replayssm::cpu {
 
@@ -91,29 +92,28 @@ static void verify_impl(const Mamba2VerifyParams& vp) {
       const T* dl = d + base;
       const int32_t* par = vp.tree_parent ? vp.tree_parent + t0 : nullptr;
       uint32_t anc[16];  // n <= window <= 16 (SpecConfig::validate)
+      path_masks(par, n, anc);
       T run = T(0);
       for (int k = 0; k < nt; ++k) {
         const int j = k - pre;
         if (par && j > 0) {
           c[k] = c[pre + par[j]] + dl[k];
-          anc[j] = anc[par[j]] | (1u << j);
         } else {
           run += dl[k];
           c[k] = run;
-          if (j >= 0) anc[j] = j == 0 ? 1u : anc[j - 1] | (1u << j);
         }
       }
-      auto on_path = [&](int k, int t) { return k < pre || ((anc[t] >> (k - pre)) & 1u); };
+      auto replayed = [&](int k, int t) { return k < pre || on_path(anc[t], k - pre); };
       for (int t = 0; t < n; ++t)
         for (int k = 0; k <= pre + t; ++k)
-          if (on_path(k, t)) bc[size_t(t) * nt + k] = dot(Bm + size_t(base + k) * N, Cm + size_t(t) * N, N);
+          if (replayed(k, t)) bc[size_t(t) * nt + k] = dot(Bm + size_t(base + k) * N, Cm + size_t(t) * N, N);
 
       for (int t = 0; t < n; ++t) {
         const int e = pre + t;  // last replayed token of output t
         const T total = decay(A, c[e]);
         for (int i = 0; i < P; ++i) acc[i] = total * Y[size_t(t) * P + i];
         for (int k = 0; k <= e; ++k) {
-          if (!on_path(k, t)) continue;
+          if (!replayed(k, t)) continue;
           const T fk = dl[k] * decay(A, c[e] - c[k]) * bc[size_t(t) * nt + k];
           const T* xk = X + size_t(base + k) * P;
           for (int i = 0; i < P; ++i) acc[i] += fk * xk[i];

@@ -16,6 +16,7 @@
 #include "cpu/gdn_ops.hpp"
 #include "dispatch/export_check.hpp"
 #include "dispatch/gdn_check.hpp"
+#include "dispatch/spec_check.hpp"
 #if defined(REPLAYSSM_WITH_CUDA)
 #include "cuda/ops.hpp"
 #endif
@@ -177,14 +178,17 @@ void spec_verify(const VerifyArgs& a, Stream stream) {
   if (c.dev.type == DeviceType::cuda && (a.spec.window > 8 || R > 32))
     throw Error("spec", "the CUDA kernels support window <= 8 and history + window <= 32, got history " +
                             str(a.spec.history) + ", window " + str(a.spec.window));
-  if (const auto sl = read_slots(a.slot_idx, slots, stream)) {
-    read_qsl(a.query_start_loc, c.tokens, a.spec.window, stream);
+  const detail::HostInts ids = read_slots(a.slot_idx, slots, stream);
+  detail::HostInts qsl;
+  if (ids) qsl = read_qsl(a.query_start_loc, c.tokens, a.spec.window, stream);
+  if (a.tree_parent.defined()) {
+    detail::check_tree_parent(a.tree_parent, c.dev, c.tokens, ids, qsl, stream);
+    refuse_cuda_trees(c.dev);
+  }
+  if (ids) {
     const std::vector<int32_t> cur = *detail::read_int32(a.cache.cursor, stream);
-    for (int32_t s : *sl) {
-      if (s < 0) continue;
-      detail::check_range("cache.cursor", cur[size_t(s) * 2], 0, a.spec.history + 1, ("cursor[" + str(s) + "].w (0 <= w <= history)").c_str());
-      detail::check_range("cache.cursor", cur[size_t(s) * 2 + 1], 0, R, ("cursor[" + str(s) + "].origin (0 <= origin < ring)").c_str());
-    }
+    for (int32_t s : *ids)
+      if (s >= 0) detail::check_spec_cursor(cur, s, a.spec.history, R);
   }
   if (c.rows == 0) return;
   GdnVerifyParams p;
@@ -193,6 +197,7 @@ void spec_verify(const VerifyArgs& a, Stream stream) {
   p.query_start_loc = static_cast<const int32_t*>(a.query_start_loc.data);
   p.history = a.spec.history;
   p.window = a.spec.window;
+  p.tree_parent = static_cast<const int32_t*>(a.tree_parent.data);
   p.step.pdl = a.pdl;
   if (on_cuda(c)) {
 #if defined(REPLAYSSM_WITH_CUDA)

@@ -210,10 +210,7 @@ void spec_verify(const VerifyArgs& a, Stream stream) {
 
   auto ids = check_slot_values("slot_idx", a.slot_idx, slots, stream);
   auto qsl = check_qsl(a.query_start_loc, rows, a.spec.window, info.tokens, stream);
-  if (a.tree_parent.defined()) {
-    check_tree_parent(a.tree_parent, info.dev, info.tokens, ids, qsl, stream);
-    require_cuda_tree_opt_in(info.dev);
-  }
+  if (a.tree_parent.defined()) check_tree_parent(a.tree_parent, info.dev, info.tokens, ids, qsl, stream);
   auto cur = detail::read_int32(c.cursor, stream);
   if (ids && cur)
     for (int32_t s : *ids)

@@ -1,6 +1,5 @@
 #include "dispatch/mamba2_check.hpp"
 
-#include <cstdlib>
 #include <string>
 
 #include "core/host_read.hpp"
@@ -49,13 +48,6 @@ TokenInfo check_inputs(const Mamba2Geometry& geo, const mamba2::TokenInputs& in,
   return info;
 }
 
-int64_t check_index_vector(const char* name, const TensorView& t, Device dev, int64_t rows, const char* label) {
-  Arg a(name, t);
-  a.required().shape({{rows, label}}).dtype(DType::i32).device(dev).nonnegative_strides();
-  if (t.shape[0] > 1 && t.stride[0] != 1) a.fail("must be contiguous (stride 1), got strides " + t.stride_string());
-  return t.shape[0];
-}
-
 int64_t check_pool(const char* name, const TensorView& t, std::initializer_list<Dim> per_slot, DType dtype,
                    Device dev, int64_t slots) {
   Arg a(name, t);
@@ -88,41 +80,6 @@ void check_state_dtype(const char* name, const TensorView& t, DType act) {
   Arg a(name, t);
   if (act == DType::f64) a.dtype(DType::f64);
   else a.dtype_in({DType::f32, DType::bf16, DType::f16}, "the state dtype; float64 only with float64 activations");
-}
-
-std::optional<std::vector<int32_t>> check_slot_values(const char* name, const TensorView& slot_idx,
-                                                      int64_t slots, Stream stream) {
-  auto v = read_int32(slot_idx, stream);
-  if (!v) return v;
-  std::vector<char> seen(size_t(slots), 0);
-  for (size_t i = 0; i < v->size(); ++i) {
-    const int32_t s = (*v)[i];
-    if (s < 0) continue;  // padding row
-    if (s >= slots)
-      throw Error(name, "slot_idx[" + std::to_string(i) + "] = " + std::to_string(s) +
-                            " is out of range: expected < slots = " + std::to_string(slots) + " (or < 0 for padding)");
-    if (seen[size_t(s)]) throw Error(name, "slot " + std::to_string(s) + " appears twice (row " + std::to_string(i) + ")");
-    seen[size_t(s)] = 1;
-  }
-  return v;
-}
-
-std::optional<std::vector<int32_t>> check_qsl(const TensorView& qsl, int64_t rows, int window, int64_t tokens,
-                                              Stream stream) {
-  auto v = read_int32(qsl, stream);
-  if (!v) return v;
-  const auto& q = *v;
-  if (q[0] != 0) throw Error("query_start_loc", "must start at 0, got " + std::to_string(q[0]));
-  for (int64_t i = 0; i < rows; ++i) {
-    const int64_t len = int64_t(q[size_t(i + 1)]) - q[size_t(i)];
-    if (len < 0 || len > window)
-      throw Error("query_start_loc", "window length of row " + std::to_string(i) + " is " + std::to_string(len) +
-                                         ", expected 0.." + std::to_string(window) + " (non-decreasing, at most the window)");
-  }
-  if (q[size_t(rows)] != tokens)
-    throw Error("query_start_loc", "last entry is " + std::to_string(q[size_t(rows)]) +
-                                       ", expected the number of tokens (" + std::to_string(tokens) + ")");
-  return v;
 }
 
 void fill_step(Mamba2StepParams& p, const Mamba2Geometry& geo, const mamba2::TokenInputs& in,
@@ -178,41 +135,6 @@ Device ring_device(Arg& xr, DType& act) {
     if (act == DType::f64) xr.fail("float64 tensors are supported on the CPU only");
   }
   return dev;
-}
-
-void check_spec_cursor(const std::vector<int32_t>& cur, int32_t s, int history, int R) {
-  const std::string at = "cursor[" + std::to_string(s) + "]";
-  detail::check_range("cache.cursor", cur[size_t(s) * 2], 0, history + 1, (at + ".w").c_str());
-  detail::check_range("cache.cursor", cur[size_t(s) * 2 + 1], 0, R, (at + ".origin").c_str());
-}
-
-std::optional<std::vector<int32_t>> check_tree_parent(const TensorView& tree_parent, Device dev, int64_t tokens,
-                                                      const std::optional<std::vector<int32_t>>& slot_ids,
-                                                      const std::optional<std::vector<int32_t>>& qsl, Stream stream) {
-  check_index_vector("tree_parent", tree_parent, dev, tokens, "tokens");
-  auto par = detail::read_int32(tree_parent, stream);
-  if (!par || !qsl || !slot_ids) return par;
-  for (size_t row = 0; row < slot_ids->size(); ++row) {
-    if ((*slot_ids)[row] < 0) continue;
-    const int32_t t0 = (*qsl)[row], n = (*qsl)[row + 1] - t0;
-    for (int32_t j = 0; j < n; ++j) {
-      const int32_t v = (*par)[size_t(t0 + j)];
-      if (j == 0 ? v == -1 : (v >= 0 && v < j)) continue;
-      throw Error("tree_parent", "tree_parent[" + std::to_string(t0 + j) + "] (row " + std::to_string(row) +
-                                     ", window token " + std::to_string(j) + ") is " + std::to_string(v) + ", expected " +
-                                     (j == 0 ? std::string("-1 (a window's first token is the root)")
-                                             : "0.." + std::to_string(j - 1) + " (a parent comes before its child)"));
-    }
-  }
-  return par;
-}
-
-void require_cuda_tree_opt_in(Device dev) {
-  if (dev.type != DeviceType::cuda) return;
-  const char* e = std::getenv("REPLAYSSM_CUDA_TREES");
-  if (e && std::string(e) == "1") return;
-  throw Error("tree_parent", "tree speculation on CUDA is compiled but its GPU tests have not run yet; set "
-                             "REPLAYSSM_CUDA_TREES=1 to use it (the CPU backend runs it, tested)");
 }
 
 }  // namespace replayssm::detail::m2

@@ -8,10 +8,18 @@
 #include <vector>
 
 #include "core/check.hpp"
+#include "dispatch/spec_check.hpp"
 #include "params/mamba2_params.hpp"
 #include "replayssm/mamba2.hpp"
 
 namespace replayssm::detail::m2 {
+
+// The checks both model families share (dispatch/spec_check.hpp), visible to `using namespace detail::m2`.
+using detail::check_index_vector;
+using detail::check_qsl;
+using detail::check_slot_values;
+using detail::check_spec_cursor;
+using detail::check_tree_parent;
 
 struct TokenInfo {
   Device dev;
@@ -23,24 +31,12 @@ struct TokenInfo {
 TokenInfo check_inputs(const Mamba2Geometry& geo, const mamba2::TokenInputs& in, const mamba2::Weights& w,
                        const TensorView& out, int64_t tokens);
 
-// [rows] int32, unit stride, on dev; returns rows. `label` names the dimension in the error ("tokens" for tree_parent).
-int64_t check_index_vector(const char* name, const TensorView& t, Device dev, int64_t rows = -1,
-                           const char* label = "rows");
-
 // A slot-keyed pool [slots, dims...] of `dtype` (or a state dtype when state == true), dense within
 // a slot, slots not overlapping. slots = -1 takes the count from the tensor. Returns slots.
 int64_t check_pool(const char* name, const TensorView& t, std::initializer_list<Dim> per_slot, DType dtype,
                    Device dev, int64_t slots);
 // The state dtype rule: float32 / bfloat16 / float16, or float64 exactly when act is float64.
 void check_state_dtype(const char* name, const TensorView& t, DType act);
-
-// Host range checks (skipped when the values cannot be read: CUDA without device validation).
-// Live slot ids < slots and unique; returns the ids.
-std::optional<std::vector<int32_t>> check_slot_values(const char* name, const TensorView& slot_idx,
-                                                      int64_t slots, Stream stream);
-// query_start_loc: starts at 0, each window length in [0, window], last == tokens.
-std::optional<std::vector<int32_t>> check_qsl(const TensorView& qsl, int64_t rows, int window,
-                                              int64_t tokens, Stream stream);
 
 // Fill the token / weight / state fields of the step params (pointers and element strides).
 void fill_step(Mamba2StepParams& p, const Mamba2Geometry& geo, const mamba2::TokenInputs& in,
@@ -57,18 +53,5 @@ Mamba2RingParams ring_params(const TensorView& x_ring, const TensorView& dt_ring
 // The dtype and device of a cache's x ring, for the ops with no token inputs (materialize, export_state,
 // accept_tree_path): an activation dtype, and CUDA only where the build has it (float64 on the CPU only).
 Device ring_device(Arg& xr, DType& act);
-
-// A speculative cursor row (w, origin) of slot s, from its host values: 0 <= w <= history, 0 <= origin < R.
-void check_spec_cursor(const std::vector<int32_t>& cur, int32_t s, int history, int R);
-
-// tree_parent [tokens] int32 (spec_verify, accept_tree_path); where readable, for every live row's window (qsl) -1 at
-// token 0 and 0 <= parent < j at token j. Returns the values.
-std::optional<std::vector<int32_t>> check_tree_parent(const TensorView& tree_parent, Device dev, int64_t tokens,
-                                                      const std::optional<std::vector<int32_t>>& slot_ids,
-                                                      const std::optional<std::vector<int32_t>>& qsl, Stream stream);
-
-// Tree speculation on CUDA is opt-in until its GPU tests have run (they were written and compiled in the forty-second
-// session, when no device machine came): throws Error("tree_parent") on a CUDA device unless REPLAYSSM_CUDA_TREES=1.
-void require_cuda_tree_opt_in(Device dev);
 
 }  // namespace replayssm::detail::m2

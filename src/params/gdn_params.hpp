@@ -68,6 +68,19 @@ struct GdnVerifyParams {
   const int32_t* query_start_loc = nullptr;  // [rows + 1], contiguous
   int history = 16;  // B
   int window = 4;    // T
+  const int32_t* tree_parent = nullptr;  // [tokens] parent within the window (-1 for token 0); nullptr: a chain (CPU only)
+};
+
+// accept_tree_path: per row, the accepted path's ring entries (d, g per v-head; k per k-head) to logical w + i.
+struct GdnTreeAcceptParams {
+  GdnRingParams ring;
+  int rows = 0, k_heads = 0, v_heads = 0, head_k_dim = 0, head_v_dim = 0;
+  int64_t slots = 0;
+  const int32_t* slot_idx = nullptr;         // [rows]
+  const int32_t* query_start_loc = nullptr;  // [rows + 1]
+  const int32_t* tree_parent = nullptr;      // [tokens]
+  const int32_t* accepted_leaf = nullptr;    // [rows]
+  const int32_t* num_accepted = nullptr;     // [rows]
 };
 
 struct GdnClassicSpecParams {

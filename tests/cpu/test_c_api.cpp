@@ -340,63 +340,75 @@ TEST(CApi, ExportStateMatchesTheCppOpForBothCacheKinds) {
 
 }  // namespace
 
+namespace {
+
+// Deterministic values in [-scale, scale]; salt varies them between tensors.
+void fill_pattern(std::vector<float>& v, float scale, int salt) {
+  for (size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int((i * 7919 + size_t(salt)) % 23) - 11) / 11.f;
+}
+
+// The draft-tree batch of the C ABI tree tests: two rows of a speculative cache at w = 0 (so logical ring positions are
+// physical ones) with trees of 4 and 2 tokens, each row's accepted path, and a bad tree and a bad path length.
+struct DraftTreeBatch {
+  static constexpr int slots = 3, history = 4, window = 4, R = 8, tokens = 6, rows = 2;
+  Dl<int32_t> cursor{{slots, 2}, kI32}, slot_idx{{rows}, kI32}, qsl{{rows + 1}, kI32}, par{{tokens}, kI32},
+      leaf{{rows}, kI32}, acc{{rows}, kI32}, bad_par{{tokens}, kI32}, bad_acc{{rows}, kI32};
+  DraftTreeBatch() {
+    slot_idx.data = {2, 0};
+    qsl.data = {0, 4, 6};
+    par.data = {-1, 0, 0, 2, -1, 0};  // row 0: 0 -> {1, 2}, 2 -> 3; row 1: 0 -> 1
+    leaf.data = {3, 1};
+    acc.data = {3, 2};
+    bad_par.data = {-1, 0, 3, 2, -1, 0};  // token 2's parent after it
+    bad_acc.data = {4, 2};                // the path to token 3 is 0 -> 2 -> 3: 3 tokens
+  }
+};
+
+}  // namespace
+
 // Tree speculation through the C ABI (replayssm_mamba2_spec_verify_tree, replayssm_mamba2_accept_tree_path): the same
 // outputs and rings as the C++ ops on copies of the same data, and a bad tree named with nothing written.
 TEST(CApi, Mamba2TreeVerifyAndAcceptMatchTheCppOps) {
-  constexpr int H = 4, P = 8, N = 16, G = 2, slots = 3, history = 4, window = 4, R = 8, tokens = 6;
-  auto fill = [](std::vector<float>& v, float scale, int salt) {
-    for (size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int((i * 7919 + size_t(salt)) % 23) - 11) / 11.f;
-  };
+  DraftTreeBatch tb;
+  constexpr int H = 4, P = 8, N = 16, G = 2, slots = DraftTreeBatch::slots, history = DraftTreeBatch::history,
+                window = DraftTreeBatch::window, R = DraftTreeBatch::R, tokens = DraftTreeBatch::tokens;
   Dl<float> x({tokens, H, P}, kF32), dt({tokens, H}, kF32), B({tokens, G, N}, kF32), C({tokens, G, N}, kF32);
   Dl<float> A({H}, kF32, -0.5f), ck({slots, H, P, N}, kF32), xr({slots, H, R, P}, kF32, 3.f), dtr({slots, H, R}, kF32, 3.f),
       br({slots, G, R, N}, kF32, 3.f), out({tokens, H, P}, kF32, -7.f);
-  fill(x.data, 1.f, 1); fill(dt.data, 1.f, 2); fill(B.data, 1.f, 3); fill(C.data, 1.f, 4); fill(ck.data, 0.5f, 5);
-  Dl<int32_t> cursor({slots, 2}, kI32), slot_idx({2}, kI32), qsl({3}, kI32), par({tokens}, kI32), leaf({2}, kI32),
-      acc({2}, kI32);
-  slot_idx.data = {2, 0};
-  qsl.data = {0, 4, 6};
-  par.data = {-1, 0, 0, 2, -1, 0};  // row 0: 0 -> {1, 2}, 2 -> 3; row 1: 0 -> 1
-  leaf.data = {3, 1};
-  acc.data = {3, 2};
+  fill_pattern(x.data, 1.f, 1); fill_pattern(dt.data, 1.f, 2); fill_pattern(B.data, 1.f, 3);
+  fill_pattern(C.data, 1.f, 4); fill_pattern(ck.data, 0.5f, 5);
   // The C++ ops on copies first.
   auto xr2 = xr, dtr2 = dtr, br2 = br, out2 = out, ck2 = ck;
   using namespace replayssm;
-  const mamba2::SpecCache cache2{ck2.view(), xr2.view(), dtr2.view(), br2.view(), cursor.view()};
+  const mamba2::SpecCache cache2{ck2.view(), xr2.view(), dtr2.view(), br2.view(), tb.cursor.view()};
   mamba2::VerifyArgs va{{H, P, N, G}, SpecConfig{history, window}, {x.view(), dt.view(), B.view(), C.view(), {}},
-                        {A.view(), {}, {}, true}, cache2, slot_idx.view(), qsl.view(), out2.view()};
-  va.tree_parent = par.view();
+                        {A.view(), {}, {}, true}, cache2, tb.slot_idx.view(), tb.qsl.view(), out2.view()};
+  va.tree_parent = tb.par.view();
   mamba2::spec_verify(va);
-  mamba2::accept_tree_path({{H, P, N, G}, SpecConfig{history, window}, cache2, slot_idx.view(), qsl.view(), par.view(),
-                            leaf.view(), acc.view()});
+  mamba2::accept_tree_path({{H, P, N, G}, SpecConfig{history, window}, cache2, tb.slot_idx.view(), tb.qsl.view(),
+                            tb.par.view(), tb.leaf.view(), tb.acc.view()});
 
-  Dl<int32_t> bad({tokens}, kI32);
-  bad.data = {-1, 0, 3, 2, -1, 0};  // token 2's parent after it
+  auto verify = [&](const Dl<int32_t>& parents) {
+    return replayssm_mamba2_spec_verify_tree(H, P, N, G, history, window, &x.t, &dt.t, &B.t, &C.t, nullptr, &A.t,
+                                             nullptr, nullptr, 1, &ck.t, &xr.t, &dtr.t, &br.t, &tb.cursor.t,
+                                             &tb.slot_idx.t, &tb.qsl.t, &parents.t, &out.t, nullptr);
+  };
+  auto accept = [&](const Dl<int32_t>& num_accepted) {
+    return replayssm_mamba2_accept_tree_path(H, P, N, G, history, window, &xr.t, &dtr.t, &br.t, &tb.cursor.t,
+                                             &tb.slot_idx.t, &tb.qsl.t, &tb.par.t, &tb.leaf.t, &num_accepted.t, nullptr);
+  };
   const auto out0 = out.data, xr0 = xr.data;
-  EXPECT_EQ(replayssm_mamba2_spec_verify_tree(H, P, N, G, history, window, &x.t, &dt.t, &B.t, &C.t, nullptr, &A.t, nullptr,
-                                              nullptr, 1, &ck.t, &xr.t, &dtr.t, &br.t, &cursor.t, &slot_idx.t, &qsl.t,
-                                              &bad.t, &out.t, nullptr),
-            REPLAYSSM_ERROR);
+  EXPECT_EQ(verify(tb.bad_par), REPLAYSSM_ERROR);
   EXPECT_STREQ(replayssm_last_error_argument(), "tree_parent");
   EXPECT_EQ(out.data, out0);
   EXPECT_EQ(xr.data, xr0);
 
-  ASSERT_EQ(replayssm_mamba2_spec_verify_tree(H, P, N, G, history, window, &x.t, &dt.t, &B.t, &C.t, nullptr, &A.t, nullptr,
-                                              nullptr, 1, &ck.t, &xr.t, &dtr.t, &br.t, &cursor.t, &slot_idx.t, &qsl.t,
-                                              &par.t, &out.t, nullptr),
-            REPLAYSSM_OK)
-      << replayssm_last_error();
-  Dl<int32_t> bad_acc({2}, kI32);
-  bad_acc.data = {4, 2};  // the path to token 3 is 0 -> 2 -> 3: 3 tokens
+  ASSERT_EQ(verify(tb.par), REPLAYSSM_OK) << replayssm_last_error();
   const auto xr1 = xr.data;
-  EXPECT_EQ(replayssm_mamba2_accept_tree_path(H, P, N, G, history, window, &xr.t, &dtr.t, &br.t, &cursor.t, &slot_idx.t,
-                                              &qsl.t, &par.t, &leaf.t, &bad_acc.t, nullptr),
-            REPLAYSSM_ERROR);
+  EXPECT_EQ(accept(tb.bad_acc), REPLAYSSM_ERROR);
   EXPECT_STREQ(replayssm_last_error_argument(), "num_accepted");
   EXPECT_EQ(xr.data, xr1);
-  ASSERT_EQ(replayssm_mamba2_accept_tree_path(H, P, N, G, history, window, &xr.t, &dtr.t, &br.t, &cursor.t, &slot_idx.t,
-                                              &qsl.t, &par.t, &leaf.t, &acc.t, nullptr),
-            REPLAYSSM_OK)
-      << replayssm_last_error();
+  ASSERT_EQ(accept(tb.acc), REPLAYSSM_OK) << replayssm_last_error();
   EXPECT_EQ(out.data, out2.data);
   EXPECT_EQ(xr.data, xr2.data);
   EXPECT_EQ(dtr.data, dtr2.data);
@@ -406,4 +418,70 @@ TEST(CApi, Mamba2TreeVerifyAndAcceptMatchTheCppOps) {
   for (int h = 0; h < H; ++h)
     for (int p = 0; p < P; ++p)
       EXPECT_EQ(xr.data[size_t(((2 * H + h) * R + 1) * P + p)], x.data[size_t((2 * H + h) * P + p)]);
+}
+
+// The same for Gated DeltaNet (replayssm_gdn_spec_verify_tree, replayssm_gdn_accept_tree_path), both gate kinds: the
+// C ABI and the C++ ops agree on outputs and rings, a bad tree or path length is named with nothing written.
+TEST(CApi, GdnTreeVerifyAndAcceptMatchTheCppOps) {
+  constexpr int H = 2, HV = 4, K = 8, V = 4, slots = DraftTreeBatch::slots, history = DraftTreeBatch::history,
+                window = DraftTreeBatch::window, R = DraftTreeBatch::R, tokens = DraftTreeBatch::tokens;
+  for (bool per_channel : {false, true}) {
+    SCOPED_TRACE(per_channel ? "per-channel gates" : "per-head gates");
+    DraftTreeBatch tb;
+    const std::vector<int64_t> a_shape = per_channel ? std::vector<int64_t>{tokens, HV, K} : std::vector<int64_t>{tokens, HV};
+    const std::vector<int64_t> bias_shape = per_channel ? std::vector<int64_t>{HV, K} : std::vector<int64_t>{HV};
+    const std::vector<int64_t> g_shape =
+        per_channel ? std::vector<int64_t>{slots, HV, R, K} : std::vector<int64_t>{slots, HV, R};
+    Dl<float> q({tokens, H, K}, kF32), k({tokens, H, K}, kF32), v({tokens, HV, V}, kF32), a(a_shape, kF32),
+        b({tokens, HV}, kF32), A_log({HV}, kF32), dt_bias(bias_shape, kF32), ck({slots, HV, V, K}, kF32);
+    Dl<float> dr({slots, HV, R, V}, kF32, 3.f), kr({slots, H, R, K}, kF32, 3.f), gr(g_shape, kF32, 3.f),
+        out({tokens, HV, V}, kF32, -7.f);
+    fill_pattern(q.data, 1.f, 1); fill_pattern(k.data, 1.f, 2); fill_pattern(v.data, 1.f, 3);
+    fill_pattern(a.data, 2.f, 4); fill_pattern(b.data, 2.f, 5); fill_pattern(A_log.data, 1.f, 6);
+    fill_pattern(dt_bias.data, 1.f, 7); fill_pattern(ck.data, 0.5f, 8);
+    // The C++ ops on copies first; the k ring between them shows what accept moves.
+    auto dr2 = dr, kr2 = kr, gr2 = gr, out2 = out, ck2 = ck;
+    using namespace replayssm;
+    const gdn::SpecCache cache2{ck2.view(), dr2.view(), kr2.view(), gr2.view(), tb.cursor.view()};
+    gdn::VerifyArgs va{{H, HV, K, V}, SpecConfig{history, window}, {q.view(), k.view(), v.view(), a.view(), b.view()},
+                       {A_log.view(), dt_bias.view(), 0.f, true}, cache2, tb.slot_idx.view(), tb.qsl.view(), out2.view()};
+    va.tree_parent = tb.par.view();
+    gdn::spec_verify(va);
+    const auto kr_verified = kr2.data;
+    gdn::accept_tree_path({{H, HV, K, V}, SpecConfig{history, window}, cache2, tb.slot_idx.view(), tb.qsl.view(),
+                           tb.par.view(), tb.leaf.view(), tb.acc.view()});
+
+    auto verify = [&](const Dl<int32_t>& parents) {
+      return replayssm_gdn_spec_verify_tree(H, HV, K, V, history, window, &q.t, &k.t, &v.t, &a.t, &b.t, &A_log.t,
+                                            &dt_bias.t, 0.f, 1, &ck.t, &dr.t, &kr.t, &gr.t, &tb.cursor.t,
+                                            &tb.slot_idx.t, &tb.qsl.t, &parents.t, &out.t, nullptr);
+    };
+    auto accept = [&](const Dl<int32_t>& num_accepted) {
+      return replayssm_gdn_accept_tree_path(H, HV, K, V, history, window, &dr.t, &kr.t, &gr.t, &tb.cursor.t,
+                                            &tb.slot_idx.t, &tb.qsl.t, &tb.par.t, &tb.leaf.t, &num_accepted.t, nullptr);
+    };
+    const auto out0 = out.data, dr0 = dr.data;
+    EXPECT_EQ(verify(tb.bad_par), REPLAYSSM_ERROR);
+    EXPECT_STREQ(replayssm_last_error_argument(), "tree_parent");
+    EXPECT_EQ(out.data, out0);
+    EXPECT_EQ(dr.data, dr0);
+
+    ASSERT_EQ(verify(tb.par), REPLAYSSM_OK) << replayssm_last_error();
+    EXPECT_EQ(kr.data, kr_verified);
+    const auto dr1 = dr.data;
+    EXPECT_EQ(accept(tb.bad_acc), REPLAYSSM_ERROR);
+    EXPECT_STREQ(replayssm_last_error_argument(), "num_accepted");
+    EXPECT_EQ(dr.data, dr1);
+    ASSERT_EQ(accept(tb.acc), REPLAYSSM_OK) << replayssm_last_error();
+    EXPECT_EQ(out.data, out2.data);
+    EXPECT_EQ(dr.data, dr2.data);
+    EXPECT_EQ(kr.data, kr2.data);
+    EXPECT_EQ(gr.data, gr2.data);
+    EXPECT_NE(out.data, out0);  // the windows were written
+    // Row 0's path 0 -> 2 -> 3 now sits at logical 0, 1, 2 of slot 2 (w = 0, origin 0): position 1 holds what the
+    // verify wrote for token 2 at position 2.
+    for (int h = 0; h < H; ++h)
+      for (int c = 0; c < K; ++c)
+        EXPECT_EQ(kr.data[size_t(((2 * H + h) * R + 1) * K + c)], kr_verified[size_t(((2 * H + h) * R + 2) * K + c)]);
+  }
 }

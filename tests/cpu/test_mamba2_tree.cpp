@@ -8,7 +8,10 @@
 
 #include "replayssm/cursor.hpp"
 #include "replayssm/error.hpp"
+#include "support/draft_trees.hpp"
+#include "support/expect_rejected.hpp"
 #include "support/mamba2_drivers.hpp"
+#include "support/tree_rejects.hpp"
 
 using namespace replayssm;
 using namespace replayssm::test;
@@ -32,12 +35,6 @@ Config tree_setup(DtypePair dt, uint64_t seed, int rows = 4) {
 std::vector<int> qsl_of(const mamba2::VerifyArgs& va, int rows) {
   const auto* q = static_cast<const int32_t*>(va.query_start_loc.data);
   return std::vector<int>(q, q + rows + 1);
-}
-
-int depth(const int32_t* par, int j) {
-  int d = 0;
-  for (; j > 0; j = par[j]) ++d;
-  return d;
 }
 
 TEST(Mamba2Tree, StreamEveryDtypePair) {
@@ -130,16 +127,9 @@ TEST(Mamba2Tree, TamperedTreeFails) {
       if (step < 10 || at >= 0) return;
       auto* par = static_cast<int32_t*>(va.tree_parent.data);
       const std::vector<int> qsl = qsl_of(va, q.s.rows);
-      for (int r = 0; r < q.s.rows; ++r) {
-        if (q.slot_of_row[size_t(r)] < 0) continue;
-        const int t0 = qsl[size_t(r)], n = qsl[size_t(r) + 1] - t0;
-        if (!drop) {
-          par[t0 + n - 1] = (par[t0 + n - 1] + 1) % (n - 1);  // n = 4: another of 0..2
-          at = step;
-          return;
-        }
-        for (int j = 1; j < n; ++j)
-          if (par[t0 + j] != j - 1) { va.tree_parent = {}; at = step; return; }
+      if (drop ? some_tree_not_chain(q.slot_of_row, qsl.data(), par) : move_last_parent(q.slot_of_row, qsl.data(), par)) {
+        if (drop) va.tree_parent = {};
+        at = step;
       }
     };
     const RunLog log = run_spec(pb, o, cpu_backend());
@@ -166,22 +156,9 @@ TEST(Mamba2Tree, WrongAcceptedPathFails) {
     o.tree = o.full_windows = true;
     o.tamper_accept = [&](int step, Problem& q, mamba2::TreeAcceptArgs& ta) {
       if (step < 10 || at >= 0) return;
-      auto* par = static_cast<int32_t*>(ta.tree_parent.data);
-      auto* leaf = static_cast<int32_t*>(ta.accepted_leaf.data);
-      const auto* qsl = static_cast<const int32_t*>(ta.query_start_loc.data);
-      for (int r = 0; r < q.s.rows; ++r) {
-        if (q.slot_of_row[size_t(r)] < 0) continue;
-        const int t0 = qsl[r], n = qsl[r + 1] - t0, d = depth(par + t0, leaf[r]);
-        if (sibling) {
-          for (int j = 1; j < n; ++j)
-            if (j != leaf[r] && j != d && leaf[r] != d && depth(par + t0, j) == d) { leaf[r] = j; at = step; return; }
-        } else if (leaf[r] != d) {  // the path is not 0 .. d
-          for (int j = 1; j < n; ++j) par[t0 + j] = j - 1;
-          leaf[r] = d;
-          at = step;
-          return;
-        }
-      }
+      if (wrong_accepted_path(sibling, q.slot_of_row, static_cast<const int32_t*>(ta.query_start_loc.data),
+                              static_cast<int32_t*>(ta.tree_parent.data), static_cast<int32_t*>(ta.accepted_leaf.data)))
+        at = step;
     };
     const RunLog log = run_spec(pb, o, cpu_backend());
     const double tol = tolerance(kF32).out;
@@ -190,23 +167,6 @@ TEST(Mamba2Tree, WrongAcceptedPathFails) {
     EXPECT_GT(log.out_err[size_t(at) + 1], 100 * tol);
     EXPECT_TRUE(log.cursor_ok);
   }
-}
-
-// op must throw replayssm::Error about `arg` and leave every tensor of `kept` byte-identical.
-template <class Op>
-void expect_rejected(const std::string& what, const std::string& arg, const std::vector<const HostTensor*>& kept,
-                     Op op) {
-  SCOPED_TRACE(what);
-  std::vector<std::vector<uint8_t>> before;
-  for (const HostTensor* t : kept) before.push_back(t->bytes());
-  try {
-    op();
-    ADD_FAILURE() << "accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.argument(), arg) << e.what();
-    EXPECT_NE(std::string(e.what()).find(arg), std::string::npos) << e.what();
-  }
-  for (size_t i = 0; i < kept.size(); ++i) EXPECT_TRUE(kept[i]->bytes() == before[i]) << "tensor " << i << " written";
 }
 
 TEST(Mamba2Tree, BadTreeArgumentsRejected) {
@@ -219,87 +179,23 @@ TEST(Mamba2Tree, BadTreeArgumentsRejected) {
   run_spec(pb, warm, cpu_backend());
 
   // Every row (the padding row too) brings a full window, tree {-1, 0, 0, 2}, leaf 3 (path 0 -> 2 -> 3, k = 3).
-  const int rows = pb.s.rows, T = sc.window, tokens = rows * T;
-  std::vector<int> qsl(size_t(rows) + 1), parent, leaf(size_t(rows), 3), acc(size_t(rows), 3), live;
-  for (int r = 0; r < rows; ++r) {
-    qsl[size_t(r) + 1] = qsl[size_t(r)] + T;
-    parent.insert(parent.end(), {-1, 0, 0, 2});
-    if (pb.slot_of_row[size_t(r)] >= 0) live.push_back(r);
-  }
-  const int pad = int(std::find(pb.slot_of_row.begin(), pb.slot_of_row.end(), -1) - pb.slot_of_row.begin());
-  const int lt0 = qsl[size_t(live.back())];  // the last live row's first token (> 0: not the first row)
-  ASSERT_GT(lt0, 0);
-  pb.new_tokens(tokens);
-  HostTensor qt = i32_tensor(qsl);
+  const TreeRejectBatch b = tree_reject_batch(pb.slot_of_row, sc.window);
+  pb.new_tokens(b.rows * b.T);
+  HostTensor qt = i32_tensor(b.qsl);
   const std::vector<const HostTensor*> kept = {&pb.state, &pb.x_ring, &pb.dt_ring, &pb.B_ring, &pb.cursor, &pb.out};
-
   auto verify = [&](const TensorView& tree) {
     mamba2::VerifyArgs a{pb.s.geo, sc, pb.inputs(), pb.weights(), pb.spec_cache(), pb.slot_idx.view(), qt.view(),
                          pb.out.view()};
     a.tree_parent = tree;
     mamba2::spec_verify(a);
   };
-  auto with = [&](int token, int value) {
-    std::vector<int> v = parent;
-    v[size_t(token)] = value;
-    return i32_tensor(v);
-  };
-  HostTensor as_float(DType::f32, {tokens});
-  for (int t = 0; t < tokens; ++t) as_float.set_flat(t, parent[size_t(t)]);
-  const std::vector<int> shorter(parent.begin(), parent.end() - 1);
-  std::vector<int> longer = parent;
-  longer.push_back(-1);
-  const HostTensor root0 = with(lt0, 0), self = with(lt0 + 2, 2), later = with(lt0 + 2, 3), none = with(lt0 + 1, -1),
-                   short_t = i32_tensor(shorter), long_t = i32_tensor(longer), two_d = i32_tensor(parent, tokens, 1);
-  auto verify_rejected = [&](const std::string& what, const HostTensor& tree) {
-    expect_rejected(what, "tree_parent", kept, [&] { verify(tree.view()); });
-  };
-  verify_rejected("a row's first token with parent 0", root0);
-  verify_rejected("token 2 its own parent", self);
-  verify_rejected("token 2 with parent 3", later);
-  verify_rejected("token 1 with parent -1", none);
-  verify_rejected("float32", as_float);
-  verify_rejected("one token short", short_t);
-  verify_rejected("one token long", long_t);
-  verify_rejected("[tokens, 1]", two_d);
-  // The padding row's parents are never read: any values pass.
-  std::vector<int> good = parent;
-  good[size_t(pad * T)] = 5;
-  good[size_t(pad * T + 2)] = 9;
-  const HostTensor good_t = i32_tensor(good);
-  ASSERT_NO_THROW(verify(good_t.view()));
-
-  leaf[size_t(pad)] = 99;  // padding row: not read either
-  acc[size_t(pad)] = 0;
   auto accept = [&](const TensorView& tree, const TensorView& lf, const TensorView& na) {
-    mamba2::TreeAcceptArgs a{pb.s.geo, sc, pb.spec_cache(), pb.slot_idx.view(), qt.view(), tree, lf, na};
-    mamba2::accept_tree_path(a);
+    mamba2::accept_tree_path({pb.s.geo, sc, pb.spec_cache(), pb.slot_idx.view(), qt.view(), tree, lf, na});
   };
-  const int r0 = live.front();
-  auto edited = [&](std::vector<int> v, int value) {
-    v[size_t(r0)] = value;
-    return i32_tensor(v);
-  };
-  const HostTensor lt = i32_tensor(leaf), at = i32_tensor(acc);
-  const HostTensor leaf_n = edited(leaf, T), leaf_neg = edited(leaf, -1), acc_2 = edited(acc, 2),
-                   acc_4 = edited(acc, 4), leaf_short = i32_tensor(std::vector<int>(leaf.begin(), leaf.end() - 1));
-  HostTensor acc_float(DType::f32, {rows});
-  for (int r = 0; r < rows; ++r) acc_float.set_flat(r, acc[size_t(r)]);
-  const std::vector<const HostTensor*> caches = {&pb.state, &pb.x_ring, &pb.dt_ring, &pb.B_ring, &pb.cursor};
-  auto accept_rejected = [&](const std::string& what, const std::string& arg, const TensorView& tree,
-                             const HostTensor& lf, const HostTensor& na) {
-    expect_rejected(what, arg, caches, [&] { accept(tree, lf.view(), na.view()); });
-  };
-  accept_rejected("leaf = window length", "accepted_leaf", good_t.view(), leaf_n, at);
-  accept_rejected("leaf -1", "accepted_leaf", good_t.view(), leaf_neg, at);
-  accept_rejected("leaf one row short", "accepted_leaf", good_t.view(), leaf_short, at);
-  accept_rejected("num_accepted = depth", "num_accepted", good_t.view(), lt, acc_2);
-  accept_rejected("num_accepted = depth + 2", "num_accepted", good_t.view(), lt, acc_4);
-  accept_rejected("num_accepted float32", "num_accepted", good_t.view(), lt, acc_float);
-  accept_rejected("no tree_parent", "tree_parent", {}, lt, at);
-  accept_rejected("tree_parent with a later parent", "tree_parent", later.view(), lt, at);
-  accept_rejected("tree_parent [tokens, 1]", "tree_parent", two_d.view(), lt, at);
-  accept_rejected("tree_parent float32", "tree_parent", as_float.view(), lt, at);
+  const std::vector<const HostTensor*> caches(kept.begin(), kept.end() - 1);
+  const HostTensor good_t = expect_bad_tree_args_rejected(b, kept, caches, verify, accept);
+
+  const HostTensor lt = i32_tensor(b.leaf), at = i32_tensor(b.acc);
   const std::vector<uint8_t> x_before = pb.x_ring.bytes();
   ASSERT_NO_THROW(accept(good_t.view(), lt.view(), at.view()));
   EXPECT_FALSE(pb.x_ring.bytes() == x_before);  // the path 0 -> 2 -> 3 moved
@@ -337,7 +233,7 @@ TEST(Mamba2Tree, AcceptMovesOnlyThePath) {
       qsl.push_back(qsl.back() + int(r.parent.size()));
       parent.insert(parent.end(), r.parent.begin(), r.parent.end());
       leaf.push_back(r.leaf);
-      acc.push_back(r.slot < 0 || r.parent.empty() ? 0 : depth(r.parent.data(), r.leaf) + 1);
+      acc.push_back(r.slot < 0 || r.parent.empty() ? 0 : tree_depth(r.parent.data(), r.leaf) + 1);
     }
     pb.set_slots(slots);
     pb.make_spec_cache(sc);

@@ -6,14 +6,11 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "mamba2_spec_harness.hpp"
-#include "replayssm/error.hpp"
-#include "scoped_env.hpp"
 #include "replayssm/cursor.hpp"
 #include "replayssm/geometry.hpp"
 
@@ -22,13 +19,6 @@ namespace {
 
 using namespace replayssm::test::m2;
 using namespace replayssm::test::m2spec;
-
-// Tree speculation on CUDA is opt-in until these tests have run on a GPU (require_cuda_tree_opt_in): on for this file.
-class TreesOptedIn : public ::testing::Environment {
- public:
-  void SetUp() override { setenv("REPLAYSSM_CUDA_TREES", "1", 1); }
-};
-const auto* const kTreesOptedIn = ::testing::AddGlobalTestEnvironment(new TreesOptedIn);
 
 int i32_at(const TensorView& v, int64_t i) { return static_cast<const int32_t*>(v.data)[i * v.stride[0]]; }
 
@@ -426,25 +416,6 @@ TEST(CudaMamba2Tree, SanitizerSmall) {
     CpuDiff d;
     const RunLog log = run_spec(pb, o, gpu_backend(&d));
     expect_tree_clean(log, d, dt, o.steps, "tree sanitizer case " + pair_name(dt));
-  }
-}
-
-// Without REPLAYSSM_CUDA_TREES=1 a tree on CUDA is refused by name before anything runs (the CPU takes it).
-TEST(CudaMamba2Tree, OptInRequired) {
-  NEED_GPU();
-  const DtypePair dt{DType::f32, DType::bf16};
-  Problem pb(setup({4, 64, 128, 2}, dt, 3, 1, 4500));
-  SpecOpts o;
-  o.tree = true;
-  o.spec = spec_of(16, 4);
-  o.steps = 1;
-  const ScopedEnv off("REPLAYSSM_CUDA_TREES", "0");
-  CpuDiff d;
-  try {
-    run_spec(pb, o, gpu_backend(&d));
-    ADD_FAILURE() << "a CUDA tree verify ran without the opt-in";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.argument(), "tree_parent") << e.what();
   }
 }
 

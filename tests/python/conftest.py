@@ -1,13 +1,13 @@
 """Shared helpers of the Python binding tests: devices, random inputs, error metric, tolerances, the
 bad-input check. The float64 recurrences themselves live in the test files (test_mamba2.py,
-test_gdn.py); the token-stream drivers both run them through live in streams.py."""
+test_gdn.py); the token-stream drivers both run them through live in streams.py (draft trees: trees.py)."""
 import pytest
 import torch
 
 import replayssm
 from replayssm import ReplaySSMError
 
-pytest.register_assert_rewrite("streams")  # its asserts report their values as a test file's do
+pytest.register_assert_rewrite("streams", "trees")  # their asserts report their values as a test file's do
 
 HAS_CUDA = torch.cuda.is_available() and replayssm.built_with_cuda()
 DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])

@@ -67,13 +67,13 @@ void make_per_channel(ReplayCaches& c, const GdnGeometry& geo) {
   c.g_ring.fill_bytes(0xff);
 }
 
+TensorView slice(TensorView v, int64_t t0, int64_t n) {
+  v.data = static_cast<char*>(v.data) + t0 * v.stride[0] * dtype_size(v.dtype);
+  v.shape[0] = n;
+  return v;
+}
 replayssm::gdn::TokenInputs slice(const replayssm::gdn::TokenInputs& in, int64_t t0, int64_t n) {
-  auto cut = [&](TensorView v) {
-    v.data = static_cast<char*>(v.data) + t0 * v.stride[0] * dtype_size(v.dtype);
-    v.shape[0] = n;
-    return v;
-  };
-  return {cut(in.q), cut(in.k), cut(in.v), cut(in.a), cut(in.b)};
+  return {slice(in.q, t0, n), slice(in.k, t0, n), slice(in.v, t0, n), slice(in.a, t0, n), slice(in.b, t0, n)};
 }
 
 HostTensor make_state(const GdnGeometry& geo, DType dtype, int64_t slots, std::mt19937_64& rng) {

@@ -36,6 +36,7 @@ struct Tokens {
 Tokens make_tokens(const GdnGeometry& geo, DType act, int64_t tokens, std::mt19937_64& rng);
 // Tokens [t0, t0 + n) of `src` as a view (no copy).
 replayssm::gdn::TokenInputs slice(const replayssm::gdn::TokenInputs& in, int64_t t0, int64_t n);
+TensorView slice(TensorView v, int64_t t0, int64_t n);  // rows [t0, t0 + n) of dim 0
 
 HostTensor make_state(const GdnGeometry& geo, DType dtype, int64_t slots, std::mt19937_64& rng);  // random, paged
 HostTensor i32(const std::vector<int32_t>& v);                        // [n]

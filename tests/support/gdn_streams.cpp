@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "support/draft_trees.hpp"
+
 namespace replayssm::test::gdn {
 
 namespace ref = replayssm::reference::gdn;
@@ -164,6 +166,26 @@ ClassicSpecStats run_classic_spec_chain(const GdnGeometry& geo, DType sd, DType 
   return st;
 }
 
+// Float64 states of a tree window in `trace` (token t's state at index t), outputs in ref_out: window token j of row r
+// steps from its parent's state (the committed one for the root), as replaying its path from the committed state does.
+static void tree_reference(const StreamConfig& c, const Tokens& tok, const Weights& w, const HostTensor& truth,
+                           const std::vector<int32_t>& qsl, const std::vector<int>& parent, HostTensor& trace,
+                           HostTensor& ref_out) {
+  for (size_t r = 0; r < c.slot_ids.size(); ++r) {
+    const int s = c.slot_ids[r], t0 = qsl[r];
+    if (s < 0) continue;
+    for (int t = t0; t < qsl[r + 1]; ++t) {
+      if (t == t0) copy_slot(truth, s, trace, t);
+      else copy_slot(trace, t0 + parent[size_t(t)], trace, t);
+      const HostTensor one = i32({t});
+      ref::RefArgs ra = ref_args(c.geo, slice(tok.view(), t, 1), w, trace, one, ref_out);
+      ra.out = slice(ref_out.view(), t, 1);
+      ra.update_round = c.ring;
+      ref::decode_step(ra);
+    }
+  }
+}
+
 StreamStats run_spec_stream(const StreamConfig& c, bool full_windows, const StepHook& hook) {
   std::mt19937_64 rng(c.seed);
   const int rows = int(c.slot_ids.size());
@@ -198,7 +220,12 @@ StreamStats run_spec_stream(const StreamConfig& c, bool full_windows, const Step
         flushed.push_back(s);
       }
     }
+    // Tree mode: `parent` is the truth the reference and accept_tree_path follow; the verify gets a copy of its own.
+    const std::vector<int> parent = c.tree ? random_trees(c.slot_ids, qsl, rng) : std::vector<int>();
+    HostTensor verify_parent = i32(parent);
     replayssm::gdn::VerifyArgs a{c.geo, c.spec, tok.view(), w.view(), cache.spec_view(), slot_idx.view(), qsl_t.view(), out.view()};
+    if (c.tree) a.tree_parent = verify_parent.view();
+    if (c.tamper_verify) c.tamper_verify(step, cache, a);
     replayssm::gdn::spec_verify(a);
     if (hook) hook(step, cache);
     for (int s : flushed) {
@@ -214,20 +241,36 @@ StreamStats run_spec_stream(const StreamConfig& c, bool full_windows, const Step
     ra.query_start_loc = qsl_t.view();
     ra.state_trace = trace.view();
     ra.update_round = c.ring;
-    ref::decode_sequence(ra);
-    std::vector<int> live_tokens;
-    std::vector<int32_t> acc(size_t(rows), 0);
+    if (c.tree) tree_reference(c, tok, w, truth, qsl, parent, trace, ref_out);
+    else ref::decode_sequence(ra);
+    std::vector<int> live_tokens, pad_tokens;
+    std::vector<int32_t> acc(size_t(rows), 0), leaf(size_t(rows), 0);
     for (int r = 0; r < rows; ++r) {
-      const int n = qsl[size_t(r) + 1] - qsl[size_t(r)];
-      acc[size_t(r)] = c.accept ? c.accept(step, r, n, row_flush[size_t(r)] != 0)
-                                : std::uniform_int_distribution<int>(1, n)(rng);
-      const int s = c.slot_ids[size_t(r)];
-      if (s < 0) continue;
-      for (int t = qsl[size_t(r)]; t < qsl[size_t(r) + 1]; ++t) live_tokens.push_back(t);
-      copy_slot(trace, qsl[size_t(r)] + acc[size_t(r)] - 1, truth, s);
+      const int t0 = qsl[size_t(r)], n = qsl[size_t(r) + 1] - t0, s = c.slot_ids[size_t(r)];
+      if (c.tree) {  // a random leaf of a live row's tree; its path is what the row keeps
+        acc[size_t(r)] = 1;
+        if (s >= 0) {
+          leaf[size_t(r)] = std::uniform_int_distribution<int>(0, n - 1)(rng);
+          acc[size_t(r)] = int(tree_path(parent.data() + t0, leaf[size_t(r)]).size());
+        }
+      } else {
+        acc[size_t(r)] = c.accept ? c.accept(step, r, n, row_flush[size_t(r)] != 0)
+                                  : std::uniform_int_distribution<int>(1, n)(rng);
+      }
+      for (int t = t0; t < t0 + n; ++t) (s < 0 ? pad_tokens : live_tokens).push_back(t);
+      if (s >= 0) copy_slot(trace, t0 + (c.tree ? leaf[size_t(r)] : acc[size_t(r)] - 1), truth, s);
     }
     st.out_err.push_back(max_err(rows_values(out, live_tokens), rows_values(ref_out, live_tokens)));
+    for (double v : rows_values(out, pad_tokens))
+      if (v != 7.0) st.padding_ok = false;  // make_out's sentinel
     HostTensor acc_t = i32(acc);
+    if (c.tree) {  // move each row's accepted path to w, w + 1, .. before the commit
+      HostTensor tp = i32(parent), lt = i32(leaf);
+      replayssm::gdn::TreeAcceptArgs ta{c.geo, c.spec, cache.spec_view(), slot_idx.view(), qsl_t.view(), tp.view(),
+                                        lt.view(), acc_t.view()};
+      if (c.tamper_accept) c.tamper_accept(step, ta);
+      replayssm::gdn::accept_tree_path(ta);
+    }
     replayssm::commit_cursors(cache.cursor.view(), slot_idx.view(), acc_t.view(), qsl_t.view(), c.spec);
     if (c.export_every > 0 && (step + 1) % c.export_every == 0) check_export(c, cache, truth, true, st);
   }

@@ -25,6 +25,14 @@ struct StreamConfig {
   bool per_channel = false;        // Kimi-Delta-style per-channel decay gates (a [tokens, HV, K])
   int export_every = 0;            // > 0: every this many steps, export_state of the live rows against the truth
   DType export_dtype = DType::f32; // of the destination pool
+  // Tree speculation (speculative stream): every step each live row's window is a random draft tree
+  // (VerifyArgs::tree_parent; now and then the chain j - 1), each output checked against the float64 recurrence along
+  // its path, a random leaf accepted (`accept` unused), its path moved by accept_tree_path and committed.
+  bool tree = false;
+  // Called right before spec_verify / accept_tree_path of each step (teeth tests; the verify's tree_parent is a copy
+  // of the truth's, the cache the live one).
+  std::function<void(int step, ReplayCaches&, replayssm::gdn::VerifyArgs&)> tamper_verify;
+  std::function<void(int step, replayssm::gdn::TreeAcceptArgs&)> tamper_accept;
 };
 
 struct StreamStats {
@@ -34,6 +42,7 @@ struct StreamStats {
   double export_err = 0;         // max over every export_state check (export_every)
   int exports = 0;               // exported rows checked
   bool export_ok = true;         // the cache byte-identical after each export, skipped destinations untouched
+  bool padding_ok = true;        // speculative: padding rows' outputs kept the sentinel
   double first_window(int n) const;  // max of out_err over the first n steps
   double last_window(int n) const;
   double max_out() const;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "replayssm/cursor.hpp"
+#include "support/draft_trees.hpp"
 
 namespace replayssm::test::m2 {
 
@@ -124,26 +125,6 @@ void check_export(Problem& pb, const ref::Mamba2States& rs, const std::vector<in
       for (int64_t i = 0; i < per; ++i)
         if (dst.flat(d * per + i) != kSentinel) { log.export_ok = false; break; }
   log.export_err.push_back(worst);
-}
-
-// Tree speculation: a random draft tree per live row's window (parent[t0] = -1, parent[t0 + j] uniform in 0..j-1),
-// or, one step in five, the chain j - 1 for every row. Padding rows' tokens hold -1: the ops never read them.
-std::vector<int> random_trees(const std::vector<int>& slot_of_row, const std::vector<int>& qsl, std::mt19937_64& rng) {
-  const bool chain = std::uniform_int_distribution<int>(0, 4)(rng) == 0;
-  std::vector<int> parent(size_t(qsl.back()), -1);
-  for (size_t r = 0; r < slot_of_row.size(); ++r) {
-    if (slot_of_row[r] < 0) continue;
-    for (int j = 1; j < qsl[r + 1] - qsl[r]; ++j)
-      parent[size_t(qsl[r] + j)] = chain ? j - 1 : std::uniform_int_distribution<int>(0, j - 1)(rng);
-  }
-  return parent;
-}
-
-// Window token j's path 0 -> .. -> j; par = the row's parents.
-std::vector<int> tree_path(const int* par, int j) {
-  std::vector<int> path;
-  for (; j >= 0; j = par[j]) path.insert(path.begin(), j);
-  return path;
 }
 
 // Float64 outputs of a tree window: token j from the committed state and its path's tokens in order. Each node's

@@ -201,7 +201,6 @@ void run_bench_spec(const BenchSpecOptions& o) {
               o.pdl ? "; every op launched with pdl (with one slot set, consecutive launches share slots: timing only)"
                     : "");
   const bool with_tree = o.tree != "chain";
-  if (with_tree) setenv("REPLAYSSM_CUDA_TREES", "1", 1);  // the CUDA tree path's opt-in (mamba2.hpp, tree_parent)
   if (with_tree)
     std::printf("tree %s: each step spec_verify with tree_parent + accept_tree_path + commit_cursors, accepted leaf a "
                 "random node (num_accepted its depth + 1), in a row under the chain's; the classic column is the chain's "

@@ -1,0 +1,48 @@
+// Tree speculation for Gated DeltaNet: accept_tree_path (validation as mamba2::accept_tree_path, then the CPU path;
+// CUDA refuses trees for now). The verify side of trees is spec_verify with VerifyArgs::tree_parent (gdn.cpp).
+#include "cpu/gdn_ops.hpp"
+#include "dispatch/gdn_check.hpp"
+#include "dispatch/spec_check.hpp"
+#include "replayssm/gdn.hpp"
+
+namespace replayssm::gdn {
+
+using detail::Arg;
+using namespace detail::gdn_args;
+
+void accept_tree_path(const TreeAcceptArgs& a, Stream stream) {
+  a.spec.validate("spec");
+  a.geo.validate("geo");
+  const SpecCache& sc = a.cache;
+  // No token inputs: the device comes from the d ring, the activation dtype the rings may use from the rings themselves
+  // (the first one not in float32; check_rings then holds the others to it).
+  Arg("cache.d_ring", sc.d_ring).required();
+  Checked c;
+  c.dev = sc.d_ring.device;
+  c.act = DType::f32;
+  for (const TensorView* t : {&sc.d_ring, &sc.k_ring, &sc.g_ring})
+    if (t->defined() && t->dtype != DType::f32) { c.act = t->dtype; break; }
+  c.gate_ch = sc.g_ring.defined() && sc.g_ring.ndim == 4;
+  const int R = a.spec.ring_len();
+  const int64_t slots = sc.d_ring.ndim == 4 ? sc.d_ring.shape[0] : -1;  // check_rings rejects any other rank
+  check_rings(sc.d_ring, sc.k_ring, sc.g_ring, sc.cursor, a.geo, c, slots, R, 2);
+  const detail::TreeAcceptIndices ix = detail::check_tree_accept_indices(
+      a.slot_idx, a.query_start_loc, a.tree_parent, a.accepted_leaf, a.num_accepted, c.dev, slots, a.spec.window,
+      stream);
+  refuse_cuda_trees(c.dev);
+  detail::check_accepted_paths(ix, sc.cursor, a.accepted_leaf, a.num_accepted, a.spec, stream);
+
+  GdnTreeAcceptParams p;
+  p.ring = make_ring(sc.d_ring, sc.k_ring, sc.g_ring, sc.cursor, R);
+  p.rows = int(ix.rows);
+  p.k_heads = a.geo.k_heads; p.v_heads = a.geo.v_heads; p.head_k_dim = a.geo.head_k_dim; p.head_v_dim = a.geo.head_v_dim;
+  p.slots = slots;
+  p.slot_idx = static_cast<const int32_t*>(a.slot_idx.data);
+  p.query_start_loc = static_cast<const int32_t*>(a.query_start_loc.data);
+  p.tree_parent = static_cast<const int32_t*>(a.tree_parent.data);
+  p.accepted_leaf = static_cast<const int32_t*>(a.accepted_leaf.data);
+  p.num_accepted = static_cast<const int32_t*>(a.num_accepted.data);
+  cpu::gdn_tree_accept(p);
+}
+
+}  // namespace replayssm::gdn
