@@ -32,18 +32,18 @@ __global__ void tree_accept_kernel(const Mamba2TreeAcceptParams p) {
   __shared__ int s_par[kMaxPath], s_from[kMaxPath], s_to[kMaxPath];
   __shared__ int s_k, s_first;
   const int row = blockIdx.x;
-  const int slot = p.slot_idx[row];
-  if (slot < 0 || slot >= p.slots) return;
-  const int t0 = p.query_start_loc[row], n = p.query_start_loc[row + 1] - t0;
+  const int slot = p.path.slot_idx[row];
+  if (slot < 0 || slot >= p.path.slots) return;
+  const int t0 = p.path.query_start_loc[row], n = p.path.query_start_loc[row + 1] - t0;
   if (n <= 0 || n > kMaxPath) return;
-  if (threadIdx.x < n) s_par[threadIdx.x] = p.tree_parent[t0 + threadIdx.x];
+  if (threadIdx.x < n) s_par[threadIdx.x] = p.path.tree_parent[t0 + threadIdx.x];
   __syncthreads();
   if (threadIdx.x == 0) {
     // The path from the leaf up, as ring positions; k = 0 (nothing moves) unless it has num_accepted tokens and ends at
     // the root through parents that precede their children (validated on the host where readable).
     const int32_t* cur = p.ring.cursor + int64_t(slot) * p.ring.cursor_slot;
     const int w = cur[0], origin = cur[1], mask = p.ring.ring - 1;
-    int k = p.num_accepted[row], j = p.accepted_leaf[row], i = k - 1;
+    int k = p.path.num_accepted[row], j = p.path.accepted_leaf[row], i = k - 1;
     const bool sane = k >= 1 && k <= n && j >= 0 && j < n && w >= 0 && w + n <= p.ring.ring;
     int first = k;
     for (; sane && i >= 0 && j >= 0; --i) {
@@ -70,15 +70,15 @@ __global__ void tree_accept_kernel(const Mamba2TreeAcceptParams p) {
 }  // namespace
 
 void mamba2_tree_accept(const Mamba2TreeAcceptParams& p, Stream stream) {
-  if (p.rows <= 0) return;
+  if (p.path.rows <= 0) return;
   // 4-byte units where every ring row and slot starts 4-byte aligned, else 2-byte units (16-bit rows of odd length).
   const int64_t ad = dtype_size(p.act);
   const bool words = (p.headdim * ad) % 4 == 0 && (p.dstate * ad) % 4 == 0 && (p.ring.xr_slot * ad) % 4 == 0 &&
                      (p.ring.Br_slot * ad) % 4 == 0 && reinterpret_cast<uintptr_t>(p.ring.x_ring) % 4 == 0 &&
                      reinterpret_cast<uintptr_t>(p.ring.B_ring) % 4 == 0;
   auto st = static_cast<cudaStream_t>(stream);
-  if (words) launch_kernel(tree_accept_kernel<uint32_t>, dim3(unsigned(p.rows)), dim3(256), 0, st, false, "mamba2::accept_tree_path", p);
-  else launch_kernel(tree_accept_kernel<uint16_t>, dim3(unsigned(p.rows)), dim3(256), 0, st, false, "mamba2::accept_tree_path", p);
+  if (words) launch_kernel(tree_accept_kernel<uint32_t>, dim3(unsigned(p.path.rows)), dim3(256), 0, st, false, "mamba2::accept_tree_path", p);
+  else launch_kernel(tree_accept_kernel<uint16_t>, dim3(unsigned(p.path.rows)), dim3(256), 0, st, false, "mamba2::accept_tree_path", p);
   check_launch("mamba2::accept_tree_path");
 }
 
