@@ -183,7 +183,7 @@ void spec_verify(const VerifyArgs& a, Stream stream) {
   if (ids) qsl = read_qsl(a.query_start_loc, c.tokens, a.spec.window, stream);
   if (a.tree_parent.defined()) {
     detail::check_tree_parent(a.tree_parent, c.dev, c.tokens, ids, qsl, stream);
-    refuse_cuda_trees(c.dev);
+    require_cuda_tree_opt_in(c.dev, c.gate_ch);
   }
   if (ids) {
     const std::vector<int32_t> cur = *detail::read_int32(a.cache.cursor, stream);

@@ -1,9 +1,14 @@
-// Tree speculation for Gated DeltaNet: accept_tree_path (validation as mamba2::accept_tree_path, then the CPU path;
-// CUDA refuses trees for now). The verify side of trees is spec_verify with VerifyArgs::tree_parent (gdn.cpp).
+// Tree speculation for Gated DeltaNet: accept_tree_path (validation as mamba2::accept_tree_path, then the CPU path or
+// the CUDA kernel, src/cuda/tree_accept.cu; CUDA opt-in with REPLAYSSM_CUDA_GDN_TREES=1 until its GPU tests have run).
+// The verify side of trees is spec_verify with VerifyArgs::tree_parent (gdn.cpp).
+#include "core/check.hpp"
 #include "cpu/gdn_ops.hpp"
 #include "dispatch/gdn_check.hpp"
 #include "dispatch/spec_check.hpp"
 #include "replayssm/gdn.hpp"
+#if defined(REPLAYSSM_WITH_CUDA)
+#include "cuda/ops.hpp"
+#endif
 
 namespace replayssm::gdn {
 
@@ -29,7 +34,7 @@ void accept_tree_path(const TreeAcceptArgs& a, Stream stream) {
   const detail::TreeAcceptIndices ix = detail::check_tree_accept_indices(
       a.slot_idx, a.query_start_loc, a.tree_parent, a.accepted_leaf, a.num_accepted, c.dev, slots, a.spec.window,
       stream);
-  refuse_cuda_trees(c.dev);
+  require_cuda_tree_opt_in(c.dev, false);  // the accept moves either gate kind's g ring
   detail::check_accepted_paths(ix, sc.cursor, a.accepted_leaf, a.num_accepted, a.spec, stream);
 
   GdnTreeAcceptParams p;
@@ -42,6 +47,13 @@ void accept_tree_path(const TreeAcceptArgs& a, Stream stream) {
   p.tree_parent = static_cast<const int32_t*>(a.tree_parent.data);
   p.accepted_leaf = static_cast<const int32_t*>(a.accepted_leaf.data);
   p.num_accepted = static_cast<const int32_t*>(a.num_accepted.data);
+  if (c.dev.type == DeviceType::cuda) {
+    detail::require_cuda_device("device", c.dev);
+#if defined(REPLAYSSM_WITH_CUDA)
+    cuda::gdn_tree_accept(p, stream);
+#endif
+    return;
+  }
   cpu::gdn_tree_accept(p);
 }
 

@@ -21,7 +21,7 @@
 #include "device_tensor.hpp"
 #include "gdn_device.hpp"
 #include "late_writer.hpp"
-#include "scoped_env.hpp"
+#include "support/scoped_env.hpp"
 #include "replayssm/backend.hpp"
 #include "replayssm/error.hpp"
 #include "support/gdn_harness.hpp"
