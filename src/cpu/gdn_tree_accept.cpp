@@ -18,14 +18,8 @@ void gdn_tree_accept(const GdnTreeAcceptParams& p) {
   auto slot_base = [](void* ring, DType t, int64_t slot_stride, int slot) {
     return static_cast<unsigned char*>(ring) + slot * slot_stride * int64_t(dtype_size(t));
   };
-  int path[16];  // k <= window <= 16 (SpecConfig::validate)
   std::vector<unsigned char> tmp(16 * std::max({d_bytes, k_bytes, g_bytes}));
-  for (int row = 0; row < p.rows; ++row) {
-    const int slot = p.slot_idx[row];
-    const int t0 = p.query_start_loc[row], n = p.query_start_loc[row + 1] - t0;
-    if (slot < 0 || slot >= p.slots || n <= 0) continue;
-    const int k = p.num_accepted[row];
-    if (k < 1 || k > 16 || !accepted_path(p.tree_parent + t0, p.accepted_leaf[row], k, path)) continue;
+  for_each_accepted_path(p.path, [&](int slot, const int* path, int k) {
     const int32_t* cur = rg.cursor + int64_t(slot) * rg.cursor_slot;
     const int first = cur[1] + cur[0];  // origin + w
     unsigned char* dr = slot_base(rg.d_ring, rg.d_dtype, rg.dr_slot, slot);
@@ -37,7 +31,7 @@ void gdn_tree_accept(const GdnTreeAcceptParams& p) {
     }
     for (int h = 0; h < p.k_heads; ++h)
       move_path_entries(kr + size_t(h) * R * k_bytes, k_bytes, first, mask, path, k, tmp.data());
-  }
+  });
 }
 
 }  // namespace replayssm::cpu

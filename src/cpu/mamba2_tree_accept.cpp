@@ -12,13 +12,7 @@ void mamba2_tree_accept(const Mamba2TreeAcceptParams& p) {
   const Mamba2RingParams& rg = p.ring;
   const int R = rg.ring, mask = R - 1, H = p.heads, P = p.headdim, N = p.dstate, G = p.groups;
   const size_t ad = size_t(dtype_size(p.act));
-  int path[16];  // k <= window <= 16 (SpecConfig::validate)
-  for (int row = 0; row < p.rows; ++row) {
-    const int slot = p.slot_idx[row];
-    const int t0 = p.query_start_loc[row], n = p.query_start_loc[row + 1] - t0;
-    if (slot < 0 || slot >= p.slots || n <= 0) continue;
-    const int k = p.num_accepted[row];
-    if (k < 1 || k > 16 || !accepted_path(p.tree_parent + t0, p.accepted_leaf[row], k, path)) continue;
+  for_each_accepted_path(p.path, [&](int slot, const int* path, int k) {
     const int32_t* cur = rg.cursor + int64_t(slot) * rg.cursor_slot;
     const int first = cur[1] + cur[0];  // origin + w
     std::vector<unsigned char> tmp(size_t(k) * size_t(P > N ? P : N) * ad);
@@ -31,7 +25,7 @@ void mamba2_tree_accept(const Mamba2TreeAcceptParams& p) {
     }
     for (int g = 0; g < G; ++g)
       move_path_entries(Br + size_t(g) * R * N * ad, size_t(N) * ad, first, mask, path, k, tmp.data());
-  }
+  });
 }
 
 }  // namespace replayssm::cpu

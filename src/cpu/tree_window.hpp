@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "params/tree_params.hpp"
+
 namespace replayssm::cpu {
 
 // Window token j's parent: -1 for the root, par[j] in a tree, j - 1 in a chain (par == nullptr).
@@ -36,6 +38,21 @@ inline void move_path_entries(unsigned char* ring, size_t bytes, int first, int 
   for (int i = 0; i < k; ++i) std::memcpy(tmp + size_t(i) * bytes, ring + size_t((first + path[i]) & mask) * bytes, bytes);
   for (int i = 0; i < k; ++i)
     if (path[i] != i) std::memcpy(ring + size_t((first + i) & mask) * bytes, tmp + size_t(i) * bytes, bytes);
+}
+
+// accept_tree_path's rows: fn(slot, path, k) for each live row with a window whose accepted path 0 = path[0] -> ..
+// -> path[k - 1] is a path of num_accepted tokens (rows with other values are skipped: validated on the host).
+template <class Fn>
+void for_each_accepted_path(const TreePathParams& p, Fn fn) {
+  int path[16];  // k <= window <= 16 (SpecConfig::validate)
+  for (int row = 0; row < p.rows; ++row) {
+    const int slot = p.slot_idx[row];
+    const int t0 = p.query_start_loc[row], n = p.query_start_loc[row + 1] - t0;
+    if (slot < 0 || slot >= p.slots || n <= 0) continue;
+    const int k = p.num_accepted[row];
+    if (k < 1 || k > 16 || !accepted_path(p.tree_parent + t0, p.accepted_leaf[row], k, path)) continue;
+    fn(slot, static_cast<const int*>(path), k);
+  }
 }
 
 }  // namespace replayssm::cpu

@@ -33,13 +33,8 @@ struct Seg {
 struct PathMoveParams {
   Seg seg[kMaxSegs];
   int nseg = 0;
-  int rows = 0, ring = 0;
-  int64_t slots = 0;
-  const int32_t* slot_idx = nullptr;         // [rows]
-  const int32_t* query_start_loc = nullptr;  // [rows + 1]
-  const int32_t* tree_parent = nullptr;      // [tokens]
-  const int32_t* accepted_leaf = nullptr;    // [rows]
-  const int32_t* num_accepted = nullptr;     // [rows]
+  int ring = 0;
+  TreePathParams path;
   const int32_t* cursor = nullptr;           // [slot][cursor_slot]: (w, origin)
   int64_t cursor_slot = 2;
 };
@@ -68,11 +63,11 @@ __global__ void __launch_bounds__(kThreads) tree_accept_kernel(const PathMovePar
   __shared__ int s_par[kMaxPath], s_from[kMaxPath], s_to[kMaxPath];
   __shared__ int s_k, s_first;
   const int row = blockIdx.x;
-  const int slot = p.slot_idx[row];
-  if (slot < 0 || slot >= p.slots) return;
-  const int t0 = p.query_start_loc[row], n = p.query_start_loc[row + 1] - t0;
+  const int slot = p.path.slot_idx[row];
+  if (slot < 0 || slot >= p.path.slots) return;
+  const int t0 = p.path.query_start_loc[row], n = p.path.query_start_loc[row + 1] - t0;
   if (n <= 0 || n > kMaxPath) return;
-  if (threadIdx.x < n) s_par[threadIdx.x] = p.tree_parent[t0 + threadIdx.x];
+  if (threadIdx.x < n) s_par[threadIdx.x] = p.path.tree_parent[t0 + threadIdx.x];
   __syncthreads();
   if (threadIdx.x == 0) {
     // The path from the leaf up, as ring positions; k = 0 (nothing moves) unless it has num_accepted tokens and ends at
@@ -80,7 +75,7 @@ __global__ void __launch_bounds__(kThreads) tree_accept_kernel(const PathMovePar
     // every path token moves (a_i > i once the path leaves the chain prefix).
     const int32_t* cur = p.cursor + int64_t(slot) * p.cursor_slot;
     const int w = cur[0], origin = cur[1], mask = p.ring - 1;
-    int k = p.num_accepted[row], j = p.accepted_leaf[row], i = k - 1;
+    int k = p.path.num_accepted[row], j = p.path.accepted_leaf[row], i = k - 1;
     const bool sane = k >= 1 && k <= n && j >= 0 && j < n && w >= 0 && w + n <= p.ring;
     int first = k;
     for (; sane && i >= 0 && j >= 0; --i) {
@@ -140,11 +135,11 @@ Seg make_seg(void* base, int64_t slot_bytes, int rows, int64_t bytes) {
 }
 
 void launch_path_move(const PathMoveParams& p, Stream stream, const char* what) {
-  if (p.rows <= 0) return;
+  if (p.path.rows <= 0) return;
   int64_t cols = 0;
   for (int s = 0; s < p.nseg; ++s) cols += p.seg[s].cols();
   const unsigned chunks = unsigned(std::clamp<int64_t>((cols + kThreads - 1) / kThreads, 1, 65535));
-  launch_kernel(tree_accept_kernel, dim3(unsigned(p.rows), chunks), dim3(kThreads), 0, static_cast<cudaStream_t>(stream),
+  launch_kernel(tree_accept_kernel, dim3(unsigned(p.path.rows), chunks), dim3(kThreads), 0, static_cast<cudaStream_t>(stream),
                 false, what, p);
   check_launch(what);
 }
@@ -159,9 +154,8 @@ void mamba2_tree_accept(const Mamba2TreeAcceptParams& m, Stream stream) {
   p.seg[1] = make_seg(m.ring.B_ring, m.ring.Br_slot * ad, m.groups, m.dstate * ad);
   p.seg[2] = make_seg(m.ring.dt_ring, m.ring.dtr_slot * int64_t(sizeof(float)), m.heads, int64_t(sizeof(float)));
   p.nseg = 3;
-  p.rows = m.rows; p.ring = m.ring.ring; p.slots = m.slots;
-  p.slot_idx = m.slot_idx; p.query_start_loc = m.query_start_loc; p.tree_parent = m.tree_parent;
-  p.accepted_leaf = m.accepted_leaf; p.num_accepted = m.num_accepted;
+  p.ring = m.ring.ring;
+  p.path = m.path;
   p.cursor = m.ring.cursor; p.cursor_slot = m.ring.cursor_slot;
   launch_path_move(p, stream, "mamba2::accept_tree_path");
 }
@@ -176,9 +170,8 @@ void gdn_tree_accept(const GdnTreeAcceptParams& g, Stream stream) {
   p.seg[1] = make_seg(R.g_ring, R.gr_slot * gsz, g.v_heads, int64_t(R.g_width) * gsz);
   p.seg[2] = make_seg(R.k_ring, R.kr_slot * ksz, g.k_heads, int64_t(g.head_k_dim) * ksz);
   p.nseg = 3;
-  p.rows = g.rows; p.ring = R.ring; p.slots = g.slots;
-  p.slot_idx = g.slot_idx; p.query_start_loc = g.query_start_loc; p.tree_parent = g.tree_parent;
-  p.accepted_leaf = g.accepted_leaf; p.num_accepted = g.num_accepted;
+  p.ring = R.ring;
+  p.path = g.path;
   p.cursor = R.cursor; p.cursor_slot = R.cursor_slot;
   launch_path_move(p, stream, "gdn::accept_tree_path");
 }

@@ -39,14 +39,8 @@ void accept_tree_path(const TreeAcceptArgs& a, Stream stream) {
 
   GdnTreeAcceptParams p;
   p.ring = make_ring(sc.d_ring, sc.k_ring, sc.g_ring, sc.cursor, R);
-  p.rows = int(ix.rows);
+  p.path = detail::tree_path_params(a, ix, slots);
   p.k_heads = a.geo.k_heads; p.v_heads = a.geo.v_heads; p.head_k_dim = a.geo.head_k_dim; p.head_v_dim = a.geo.head_v_dim;
-  p.slots = slots;
-  p.slot_idx = static_cast<const int32_t*>(a.slot_idx.data);
-  p.query_start_loc = static_cast<const int32_t*>(a.query_start_loc.data);
-  p.tree_parent = static_cast<const int32_t*>(a.tree_parent.data);
-  p.accepted_leaf = static_cast<const int32_t*>(a.accepted_leaf.data);
-  p.num_accepted = static_cast<const int32_t*>(a.num_accepted.data);
   if (c.dev.type == DeviceType::cuda) {
     detail::require_cuda_device("device", c.dev);
 #if defined(REPLAYSSM_WITH_CUDA)

@@ -28,15 +28,9 @@ void accept_tree_path(const TreeAcceptArgs& a, Stream stream) {
 
   Mamba2TreeAcceptParams p;
   p.ring = ring_params(c.x_ring, c.dt_ring, c.B_ring, c.cursor, R);
-  p.rows = int(ix.rows);
+  p.path = detail::tree_path_params(a, ix, slots);
   p.heads = a.geo.heads; p.headdim = a.geo.headdim; p.dstate = a.geo.dstate; p.groups = a.geo.groups;
   p.act = act;
-  p.slots = slots;
-  p.slot_idx = static_cast<const int32_t*>(a.slot_idx.data);
-  p.query_start_loc = static_cast<const int32_t*>(a.query_start_loc.data);
-  p.tree_parent = static_cast<const int32_t*>(a.tree_parent.data);
-  p.accepted_leaf = static_cast<const int32_t*>(a.accepted_leaf.data);
-  p.num_accepted = static_cast<const int32_t*>(a.num_accepted.data);
   p.window = a.spec.window;
   if (dev.type == DeviceType::cuda) {
     detail::require_cuda_device("device", dev);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/check.hpp"
+#include "params/tree_params.hpp"
 #include "replayssm/cursor.hpp"
 
 namespace replayssm::detail {
@@ -45,5 +46,19 @@ TreeAcceptIndices check_tree_accept_indices(const TensorView& slot_idx, const Te
 // num_accepted the length of the path 0 -> .. -> accepted_leaf.
 void check_accepted_paths(const TreeAcceptIndices& ix, const TensorView& cursor, const TensorView& accepted_leaf,
                           const TensorView& num_accepted, const SpecConfig& spec, Stream stream);
+
+// The accept's index arguments as params (after check_tree_accept_indices), for either family's TreeAcceptArgs.
+template <class TreeAcceptArgs>
+TreePathParams tree_path_params(const TreeAcceptArgs& a, const TreeAcceptIndices& ix, int64_t slots) {
+  TreePathParams p;
+  p.rows = int(ix.rows);
+  p.slots = slots;
+  p.slot_idx = static_cast<const int32_t*>(a.slot_idx.data);
+  p.query_start_loc = static_cast<const int32_t*>(a.query_start_loc.data);
+  p.tree_parent = static_cast<const int32_t*>(a.tree_parent.data);
+  p.accepted_leaf = static_cast<const int32_t*>(a.accepted_leaf.data);
+  p.num_accepted = static_cast<const int32_t*>(a.num_accepted.data);
+  return p;
+}
 
 }  // namespace replayssm::detail

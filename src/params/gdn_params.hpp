@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "params/tree_params.hpp"
 #include "replayssm/dtype.hpp"
 
 namespace replayssm {
@@ -74,13 +75,8 @@ struct GdnVerifyParams {
 // accept_tree_path: per row, the accepted path's ring entries (d, g per v-head; k per k-head) to logical w + i.
 struct GdnTreeAcceptParams {
   GdnRingParams ring;
-  int rows = 0, k_heads = 0, v_heads = 0, head_k_dim = 0, head_v_dim = 0;
-  int64_t slots = 0;
-  const int32_t* slot_idx = nullptr;         // [rows]
-  const int32_t* query_start_loc = nullptr;  // [rows + 1]
-  const int32_t* tree_parent = nullptr;      // [tokens]
-  const int32_t* accepted_leaf = nullptr;    // [rows]
-  const int32_t* num_accepted = nullptr;     // [rows]
+  TreePathParams path;
+  int k_heads = 0, v_heads = 0, head_k_dim = 0, head_v_dim = 0;
 };
 
 struct GdnClassicSpecParams {

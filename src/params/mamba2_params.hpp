@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 
+#include "params/tree_params.hpp"
 #include "replayssm/dtype.hpp"
 
 namespace replayssm {
@@ -66,14 +67,9 @@ struct Mamba2VerifyParams {
 // accept_tree_path: per row, the accepted path's ring entries to logical w + i.
 struct Mamba2TreeAcceptParams {
   Mamba2RingParams ring;
-  int rows = 0, heads = 0, headdim = 0, dstate = 0, groups = 1;
+  TreePathParams path;
+  int heads = 0, headdim = 0, dstate = 0, groups = 1;
   DType act = DType::bf16;  // x_ring, B_ring
-  int64_t slots = 0;
-  const int32_t* slot_idx = nullptr;         // [rows]
-  const int32_t* query_start_loc = nullptr;  // [rows + 1]
-  const int32_t* tree_parent = nullptr;      // [tokens]
-  const int32_t* accepted_leaf = nullptr;    // [rows]
-  const int32_t* num_accepted = nullptr;     // [rows]
   int window = 4;
 };
 
