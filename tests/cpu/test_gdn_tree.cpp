@@ -252,24 +252,11 @@ TEST(GdnTree, BadTreeArgumentsRejected) {
   EXPECT_NO_THROW(commit_cursors(cc.cursor.view(), sl.view(), at.view(), qt.view(), fx.sc));
 }
 
-// One row of the direct accept test: its slot's cursor, its window's parents and the accepted leaf.
-struct AcceptRow {
-  int slot, w, origin;
-  std::vector<int32_t> parent;
-  int leaf;
-};
-
 // accept_tree_path on rings of random values: logical w + i gets the entries (d and g of every v-head, k of every
 // k-head) of path token a_i, and every other byte of every tensor stays.
 TEST(GdnTree, AcceptMovesOnlyThePath) {
-  const std::vector<AcceptRow> layout = {
-      {1, 3, 12, {-1, 0, 0, 2}, 3},  // 0 -> 2 -> 3: w+1 <- w+2 (read before w+2 <- w+3); window at physical 15, 0, 1, 2
-      {4, 2, 0, {-1, 0, 1, 1}, 2},   // the chain prefix 0 -> 1 -> 2: nothing moves
-      {-1, 0, 0, {-1, 5, 9}, 7},     // padding row with garbage: untouched
-      {0, 5, 3, {}, 0},              // empty window: untouched
-      {6, 6, 5, {-1, 0, 0, 0}, 3},   // flush_due(6): the window is still at logical w + j; 0 -> 3: w+1 <- w+3
-      {3, 4, 10, {-1, 0, 0}, 2},     // not a flush; 0 -> 2: w+1 <- w+2 across the ring's end
-  };
+  const std::vector<AcceptRow>& layout = accept_test_rows();
+  const AcceptArgsHost args = accept_args(layout);
   struct Kind { DType state, ring; bool per_channel; };
   for (const Kind kd : {Kind{DType::f32, DType::f32, false}, Kind{DType::f32, DType::bf16, true},
                         Kind{DType::f16, DType::f16, false}, Kind{DType::f64, DType::f64, true}}) {
@@ -277,38 +264,25 @@ TEST(GdnTree, AcceptMovesOnlyThePath) {
     TreeFixture fx(kd.state, kd.ring, kd.per_channel, 8);
     const GdnGeometry& g = fx.geo;
     const int R = fx.sc.ring_len(), gw = kd.per_channel ? g.head_k_dim : 1;
-    std::vector<int32_t> slots, qsl{0}, parent, leaf, acc;
-    for (const AcceptRow& r : layout) {
-      slots.push_back(r.slot);
-      qsl.push_back(qsl.back() + int(r.parent.size()));
-      parent.insert(parent.end(), r.parent.begin(), r.parent.end());
-      leaf.push_back(r.leaf);
-      acc.push_back(r.slot < 0 || r.parent.empty() ? 0 : tree_depth(r.parent.data(), r.leaf) + 1);
+    for (const AcceptRow& r : layout)
       if (r.slot >= 0) fx.set_cursor(r.slot, r.w, r.origin);
-    }
     ReplayCaches& c = fx.cache;
     ReplayCaches e = c;  // expected
-    int moves = 0;
-    for (const AcceptRow& r : layout) {
-      if (r.slot < 0 || r.parent.empty()) continue;
-      const std::vector<int> path = tree_path(r.parent.data(), r.leaf);
-      for (int i = 0; i < int(path.size()); ++i) {
-        if (path[size_t(i)] == i) continue;
-        const int dst = (r.origin + r.w + i) & (R - 1), src = (r.origin + r.w + path[size_t(i)]) & (R - 1);
-        ++moves;
-        for (int hv = 0; hv < g.v_heads; ++hv) {
-          for (int q = 0; q < g.head_v_dim; ++q) e.d_ring.set({r.slot, hv, dst, q}, c.d_ring.at({r.slot, hv, src, q}));
-          for (int q = 0; q < gw; ++q) {
-            if (kd.per_channel) e.g_ring.set({r.slot, hv, dst, q}, c.g_ring.at({r.slot, hv, src, q}));
-            else e.g_ring.set({r.slot, hv, dst}, c.g_ring.at({r.slot, hv, src}));
-          }
+    const std::vector<RingMove> moves = expected_moves(layout, R);
+    ASSERT_EQ(moves.size(), 4u);
+    for (const RingMove& m : moves) {
+      for (int hv = 0; hv < g.v_heads; ++hv) {
+        for (int q = 0; q < g.head_v_dim; ++q) e.d_ring.set({m.slot, hv, m.dst, q}, c.d_ring.at({m.slot, hv, m.src, q}));
+        for (int q = 0; q < gw; ++q) {
+          if (kd.per_channel) e.g_ring.set({m.slot, hv, m.dst, q}, c.g_ring.at({m.slot, hv, m.src, q}));
+          else e.g_ring.set({m.slot, hv, m.dst}, c.g_ring.at({m.slot, hv, m.src}));
         }
-        for (int h = 0; h < g.k_heads; ++h)
-          for (int q = 0; q < g.head_k_dim; ++q) e.k_ring.set({r.slot, h, dst, q}, c.k_ring.at({r.slot, h, src, q}));
       }
+      for (int h = 0; h < g.k_heads; ++h)
+        for (int q = 0; q < g.head_k_dim; ++q) e.k_ring.set({m.slot, h, m.dst, q}, c.k_ring.at({m.slot, h, m.src, q}));
     }
-    ASSERT_EQ(moves, 4);
-    const HostTensor st = i32(slots), qt = i32(qsl), pt = i32(parent), lt = i32(leaf), at = i32(acc);
+    const HostTensor st = i32(args.slots), qt = i32(args.qsl), pt = i32(args.parent), lt = i32(args.leaf),
+                     at = i32(args.acc);
     G::accept_tree_path({g, fx.sc, c.spec_view(), st.view(), qt.view(), pt.view(), lt.view(), at.view()});
     EXPECT_TRUE(c.d_ring.bytes() == e.d_ring.bytes());
     EXPECT_TRUE(c.k_ring.bytes() == e.k_ring.bytes());

@@ -202,40 +202,19 @@ TEST(Mamba2Tree, BadTreeArgumentsRejected) {
   EXPECT_NO_THROW(commit_cursors(pb.cursor.view(), pb.slot_idx.view(), at.view(), qt.view(), sc));
 }
 
-// One row of the direct accept test: its slot's cursor, its window's parents and the accepted leaf.
-struct AcceptRow {
-  int slot, w, origin;
-  std::vector<int> parent;
-  int leaf;
-};
-
 // accept_tree_path on rings of random values: logical w + i gets the entries (x, delta, B, every head and group) of
 // path token a_i, and every other byte of every tensor stays.
 TEST(Mamba2Tree, AcceptMovesOnlyThePath) {
   const SpecConfig sc{8, 4};  // ring 16
   const int R = sc.ring_len();
-  const std::vector<AcceptRow> layout = {
-      {1, 3, 12, {-1, 0, 0, 2}, 3},  // 0 -> 2 -> 3: w+1 <- w+2 (read before w+2 <- w+3); window at physical 15, 0, 1, 2
-      {4, 2, 0, {-1, 0, 1, 1}, 2},   // the chain prefix 0 -> 1 -> 2: nothing moves
-      {-1, 0, 0, {-1, 5, 9}, 7},     // padding row with garbage: untouched
-      {0, 5, 3, {}, 0},              // empty window: untouched
-      {6, 6, 5, {-1, 0, 0, 0}, 3},   // flush_due(6): the window is still at logical w + j; 0 -> 3: w+1 <- w+3
-      {3, 4, 10, {-1, 0, 0}, 2},     // not a flush; 0 -> 2: w+1 <- w+2 across the ring's end
-  };
+  const std::vector<AcceptRow>& layout = accept_test_rows();
+  const AcceptArgsHost args = accept_args(layout);
   for (DtypePair p : {kF32, DtypePair{DType::f32, DType::bf16}, DtypePair{DType::f16, DType::f16},
                       DtypePair{DType::f64, DType::f64}}) {
     SCOPED_TRACE(pair_name(p));
     Problem pb(tree_setup(p, 51, int(layout.size())));
     const Mamba2Geometry& g = pb.s.geo;
-    std::vector<int> slots, qsl{0}, parent, leaf, acc;
-    for (const AcceptRow& r : layout) {
-      slots.push_back(r.slot);
-      qsl.push_back(qsl.back() + int(r.parent.size()));
-      parent.insert(parent.end(), r.parent.begin(), r.parent.end());
-      leaf.push_back(r.leaf);
-      acc.push_back(r.slot < 0 || r.parent.empty() ? 0 : tree_depth(r.parent.data(), r.leaf) + 1);
-    }
-    pb.set_slots(slots);
+    pb.set_slots(args.slots);
     pb.make_spec_cache(sc);
     pb.x_ring.fill_uniform(pb.rng, -1.0, 1.0);
     pb.dt_ring.fill_uniform(pb.rng, 0.0, 1.0);
@@ -244,26 +223,19 @@ TEST(Mamba2Tree, AcceptMovesOnlyThePath) {
       if (r.slot >= 0) { pb.cursor.set({r.slot, 0}, r.w); pb.cursor.set({r.slot, 1}, r.origin); }
 
     HostTensor ex = pb.x_ring, ed = pb.dt_ring, eb = pb.B_ring;
-    int moves = 0;
-    for (const AcceptRow& r : layout) {
-      if (r.slot < 0 || r.parent.empty()) continue;
-      std::vector<int> path;
-      for (int j = r.leaf; j >= 0; j = r.parent[size_t(j)]) path.insert(path.begin(), j);
-      for (int i = 0; i < int(path.size()); ++i) {
-        if (path[size_t(i)] == i) continue;
-        const int dst = (r.origin + r.w + i) & (R - 1), src = (r.origin + r.w + path[size_t(i)]) & (R - 1);
-        ++moves;
-        for (int h = 0; h < g.heads; ++h) {
-          ed.set({r.slot, h, dst}, pb.dt_ring.at({r.slot, h, src}));
-          for (int q = 0; q < g.headdim; ++q) ex.set({r.slot, h, dst, q}, pb.x_ring.at({r.slot, h, src, q}));
-        }
-        for (int gg = 0; gg < g.groups; ++gg)
-          for (int q = 0; q < g.dstate; ++q) eb.set({r.slot, gg, dst, q}, pb.B_ring.at({r.slot, gg, src, q}));
+    const std::vector<RingMove> moves = expected_moves(layout, R);
+    ASSERT_EQ(moves.size(), 4u);
+    for (const RingMove& m : moves) {
+      for (int h = 0; h < g.heads; ++h) {
+        ed.set({m.slot, h, m.dst}, pb.dt_ring.at({m.slot, h, m.src}));
+        for (int q = 0; q < g.headdim; ++q) ex.set({m.slot, h, m.dst, q}, pb.x_ring.at({m.slot, h, m.src, q}));
       }
+      for (int gg = 0; gg < g.groups; ++gg)
+        for (int q = 0; q < g.dstate; ++q) eb.set({m.slot, gg, m.dst, q}, pb.B_ring.at({m.slot, gg, m.src, q}));
     }
-    ASSERT_EQ(moves, 4);
     const std::vector<uint8_t> state = pb.state.bytes(), cursor = pb.cursor.bytes();
-    const HostTensor qt = i32_tensor(qsl), pt = i32_tensor(parent), lt = i32_tensor(leaf), at = i32_tensor(acc);
+    const HostTensor qt = i32_tensor(args.qsl), pt = i32_tensor(args.parent), lt = i32_tensor(args.leaf),
+                     at = i32_tensor(args.acc);
     mamba2::accept_tree_path({g, sc, pb.spec_cache(), pb.slot_idx.view(), qt.view(), pt.view(), lt.view(), at.view()});
     EXPECT_TRUE(pb.x_ring.bytes() == ex.bytes());
     EXPECT_TRUE(pb.dt_ring.bytes() == ed.bytes());

@@ -55,4 +55,41 @@ bool wrong_accepted_path(bool sibling, const std::vector<int>& slot_of_row, cons
   return false;
 }
 
+const std::vector<AcceptRow>& accept_test_rows() {
+  static const std::vector<AcceptRow> rows = {
+      {1, 3, 12, {-1, 0, 0, 2}, 3},  // 0 -> 2 -> 3: w+1 <- w+2 (read before w+2 <- w+3); window at physical 15, 0, 1, 2
+      {4, 2, 0, {-1, 0, 1, 1}, 2},   // the chain prefix 0 -> 1 -> 2: nothing moves
+      {-1, 0, 0, {-1, 5, 9}, 7},     // padding row with garbage: untouched
+      {0, 5, 3, {}, 0},              // empty window: untouched
+      {6, 6, 5, {-1, 0, 0, 0}, 3},   // flush_due(6): the window is still at logical w + j; 0 -> 3: w+1 <- w+3
+      {3, 4, 10, {-1, 0, 0}, 2},     // not a flush; 0 -> 2: w+1 <- w+2 across the ring's end
+  };
+  return rows;
+}
+
+AcceptArgsHost accept_args(const std::vector<AcceptRow>& rows) {
+  AcceptArgsHost a;
+  a.qsl.push_back(0);
+  for (const AcceptRow& r : rows) {
+    a.slots.push_back(r.slot);
+    a.qsl.push_back(a.qsl.back() + int(r.parent.size()));
+    a.parent.insert(a.parent.end(), r.parent.begin(), r.parent.end());
+    a.leaf.push_back(r.leaf);
+    a.acc.push_back(r.slot < 0 || r.parent.empty() ? 0 : tree_depth(r.parent.data(), r.leaf) + 1);
+  }
+  return a;
+}
+
+std::vector<RingMove> expected_moves(const std::vector<AcceptRow>& rows, int R) {
+  std::vector<RingMove> moves;
+  for (const AcceptRow& r : rows) {
+    if (r.slot < 0 || r.parent.empty()) continue;
+    const std::vector<int> path = tree_path(r.parent.data(), r.leaf);
+    for (int i = 0; i < int(path.size()); ++i)
+      if (path[size_t(i)] != i)
+        moves.push_back({r.slot, (r.origin + r.w + i) & (R - 1), (r.origin + r.w + path[size_t(i)]) & (R - 1)});
+  }
+  return moves;
+}
+
 }  // namespace replayssm::test

@@ -26,4 +26,24 @@ bool some_tree_not_chain(const std::vector<int>& slot_of_row, const int32_t* qsl
 bool wrong_accepted_path(bool sibling, const std::vector<int>& slot_of_row, const int32_t* qsl, int32_t* par,
                          int32_t* leaf);
 
+// The direct accept test of both families (AcceptMovesOnlyThePath): rows of a slot's cursor (w, origin), its window's
+// parents and the accepted leaf, covering a move across the ring's end, a read-before-write path, the chain prefix, a
+// padding row with garbage, an empty window and a flush-due slot (w = 6 of history 8). Slots < 8, ring 16.
+struct AcceptRow {
+  int slot, w, origin;
+  std::vector<int> parent;
+  int leaf;
+};
+const std::vector<AcceptRow>& accept_test_rows();
+// The accept's int32 arguments for those rows (num_accepted the leaf's depth + 1; 0 on padding and empty rows).
+struct AcceptArgsHost {
+  std::vector<int> slots, qsl, parent, leaf, acc;
+};
+AcceptArgsHost accept_args(const std::vector<AcceptRow>& rows);
+// The ring positions the accept must copy, in a ring of R: slot's physical dst gets physical src (4 for the rows above).
+struct RingMove {
+  int slot, dst, src;
+};
+std::vector<RingMove> expected_moves(const std::vector<AcceptRow>& rows, int R);
+
 }  // namespace replayssm::test
