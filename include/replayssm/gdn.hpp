@@ -125,9 +125,8 @@ struct VerifyArgs {
   // ancestors, the decay sums along its path). Absent = a chain (parent j - 1). No state is written for any node, as
   // for a chain; the window's (d, k, g) go into the ring at logical w + j (d_j depends on j's ancestors only). Once the
   // engine has picked the accepted path, accept_tree_path() moves its entries to w, w + 1, .. on every layer, and
-  // commit_cursors() advances by its length. CUDA: opt-in until its GPU tests have run (a tree_parent throws
-  // Error("tree_parent") unless the environment has REPLAYSSM_CUDA_GDN_TREES=1); per-channel decay gates: CPU backend
-  // only (Error("tree_parent") on CUDA). A tree verify on CUDA launches without pdl (the flag is ignored).
+  // commit_cursors() advances by its length. Per-channel decay gates: CPU backend only (Error("tree_parent") on
+  // CUDA). A tree verify on CUDA launches without pdl (the flag is ignored).
   TensorView tree_parent{};
 };
 void spec_verify(const VerifyArgs& args, Stream stream = nullptr);
@@ -137,7 +136,7 @@ void spec_verify(const VerifyArgs& args, Stream stream = nullptr);
 // 0 = a_0 -> a_1 -> .. -> a_{k-1} = accepted_leaf (k = num_accepted) is read from tree_parent, and the ring entries of
 // window token a_i (d and g per v-head, k per k-head) move to logical w + i. Rows whose path is the chain prefix move
 // nothing. Only the rings are written; the cursor is read. Run it on every layer (each layer has its own rings), then
-// commit_cursors once. CUDA: opt-in as VerifyArgs::tree_parent (REPLAYSSM_CUDA_GDN_TREES=1, else Error("tree_parent")).
+// commit_cursors once. Either gate kind, CPU and CUDA.
 struct TreeAcceptArgs {
   GdnGeometry geo;
   SpecConfig spec;

@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -148,16 +147,10 @@ void check_cuda_ring_alignment(const Checked& c, const TensorView& d, const Tens
                             str(t.stride[0]) + " elements");
 }
 
-void require_cuda_tree_opt_in(Device dev, bool per_channel) {
-  if (dev.type != DeviceType::cuda) return;
-  if (per_channel)
+void refuse_cuda_channel_trees(Device dev, bool per_channel) {
+  if (dev.type == DeviceType::cuda && per_channel)
     throw Error("tree_parent", "the CUDA GDN verify does not take draft trees with per-channel decay gates yet "
                                "(tree_parent): they run on the CPU backend only");
-  const char* e = std::getenv("REPLAYSSM_CUDA_GDN_TREES");
-  if (e && std::string(e) == "1") return;
-  throw Error("tree_parent", "GDN draft trees on CUDA (VerifyArgs::tree_parent, accept_tree_path) are compiled but not "
-                             "yet run on a GPU; set REPLAYSSM_CUDA_GDN_TREES=1 to use them (the CPU backend runs them, "
-                             "tested)");
 }
 
 // Live slots in range and unique; returns the host copy.

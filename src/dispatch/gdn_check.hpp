@@ -39,11 +39,9 @@ void check_query_start_loc(const TensorView& qsl, const Checked& c, int64_t rows
 // CUDA limits, checked before anything is launched (no-ops for CPU tensors).
 void check_cuda_limits(const Checked& c, const GdnGeometry& geo, const TensorView& state, const char* state_name);
 void check_cuda_ring_alignment(const Checked& c, const TensorView& d, const TensorView& k);
-// Draft trees (VerifyArgs::tree_parent, accept_tree_path) on a CUDA device: opt-in until their GPU tests have run
-// (tests/gpu/test_gdn_tree_cuda.cpp): throws Error("tree_parent") unless REPLAYSSM_CUDA_GDN_TREES=1, and always for a
-// verify with per-channel decay gates (`per_channel`; their CUDA kernel has no tree form), before anything is launched.
-// No-op on the CPU.
-void require_cuda_tree_opt_in(Device dev, bool per_channel);
+// A draft tree (VerifyArgs::tree_parent) with per-channel decay gates on a CUDA device: throws Error("tree_parent")
+// before anything is launched (the per-channel CUDA kernel has no tree form). No-op otherwise.
+void refuse_cuda_channel_trees(Device dev, bool per_channel);
 
 // Host range checks, skipped (nullopt) where the values cannot be read: CUDA tensors with device validation off, or a
 // capturing stream. Live slots < slots and unique; returns the host copy.

@@ -1,5 +1,5 @@
 // Tree speculation for Gated DeltaNet: accept_tree_path (validation as mamba2::accept_tree_path, then the CPU path or
-// the CUDA kernel, src/cuda/tree_accept.cu; CUDA opt-in with REPLAYSSM_CUDA_GDN_TREES=1 until its GPU tests have run).
+// the CUDA kernel, src/cuda/tree_accept.cu, shared with Mamba-2).
 // The verify side of trees is spec_verify with VerifyArgs::tree_parent (gdn.cpp).
 #include "core/check.hpp"
 #include "cpu/gdn_ops.hpp"
@@ -34,7 +34,6 @@ void accept_tree_path(const TreeAcceptArgs& a, Stream stream) {
   const detail::TreeAcceptIndices ix = detail::check_tree_accept_indices(
       a.slot_idx, a.query_start_loc, a.tree_parent, a.accepted_leaf, a.num_accepted, c.dev, slots, a.spec.window,
       stream);
-  require_cuda_tree_opt_in(c.dev, false);  // the accept moves either gate kind's g ring
   detail::check_accepted_paths(ix, sc.cursor, a.accepted_leaf, a.num_accepted, a.spec, stream);
 
   GdnTreeAcceptParams p;

@@ -1,9 +1,8 @@
 // CUDA Gated DeltaNet tree speculation (VerifyArgs::tree_parent, accept_tree_path; scalar gates): random draft trees
 // streamed through verify (tree) + accept_tree_path + commit_cursors on the GPU with the CPU backend alongside and the
 // float64 truth along each token's path (tests/support/gdn_streams.hpp, tree_truth); the chain given as parents against
-// the chain verify (byte for byte); verify + accept + commit captured in a CUDA graph; pdl requested; teeth; the opt-in.
-// Every test but the opt-in's runs with REPLAYSSM_CUDA_GDN_TREES=1 (the environment below).
-#include <cstdlib>
+// the chain verify (byte for byte); verify + accept + commit captured in a CUDA graph; pdl requested; teeth; per-channel
+// gates' trees refused.
 #include <functional>
 
 #include "gdn_cuda_harness.hpp"
@@ -14,13 +13,6 @@ namespace replayssm::test {
 namespace {
 
 using namespace gdn_cuda;
-
-// The CUDA GDN trees are opt-in until these tests have run on a GPU (src/dispatch/gdn_check.cpp).
-class GdnTreeOptIn : public ::testing::Environment {
- public:
-  void SetUp() override { setenv("REPLAYSSM_CUDA_GDN_TREES", "1", 1); }
-};
-const ::testing::Environment* const kOptIn = ::testing::AddGlobalTestEnvironment(new GdnTreeOptIn);
 
 // A writable copy of an int32 host tensor's values.
 std::vector<int32_t> values_i32(const HostTensor& t) {
@@ -473,14 +465,15 @@ TEST(CudaGdnTree, Teeth) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Without REPLAYSSM_CUDA_GDN_TREES=1 a GDN tree on CUDA (verify or accept) is refused by name before anything runs, and
-// per-channel gates' trees are refused on CUDA with or without it; the caches stay as they were.
-TEST(CudaGdnTree, OptIn) {
+// A tree with per-channel decay gates on CUDA is refused by name (the per-channel kernel has no tree form) before
+// anything runs; out and the caches stay as they were. The same call with scalar gates runs.
+TEST(CudaGdnTree, PerChannelRefused) {
   NEED_GPU();
   const GdnGeometry geo{1, 2, 128, 64};
   const SpecConfig sc{12, 4};
   std::mt19937_64 rng(6700);
-  for (const bool per_channel : {false, true}) {
+  for (const bool per_channel : {true, false}) {
+    SCOPED_TRACE(per_channel ? "per-channel gates" : "scalar gates");
     Weights hw = make_weights(geo, rng);
     ReplayCaches hc = make_caches(geo, DType::f32, DType::f32, 4, sc.ring_len(), 2, rng);
     Tokens ht = make_tokens(geo, DType::bf16, 4, rng);
@@ -492,36 +485,26 @@ TEST(CudaGdnTree, OptIn) {
     DevWeights w(hw);
     DevCaches gpu(hc);
     DevTokens tok(ht);
-    Mir out(make_out(geo, DType::bf16, 4)), sidx(i32({1})), qsl(i32({0, 4})), par(i32({-1, 0, 0, 1})), leaf(i32({3})),
-        acc(i32({3}));
+    Mir out(make_out(geo, DType::bf16, 4)), sidx(i32({1})), qsl(i32({0, 4})), par(i32({-1, 0, 0, 1}));
     G::VerifyArgs a{geo, sc, tok.view(), w.view(), gpu.spec_view(), sidx.d.view(), qsl.d.view(), out.d.view()};
     a.tree_parent = par.d.view();
-    const G::TreeAcceptArgs ta{geo, sc, gpu.spec_view(), sidx.d.view(), qsl.d.view(), par.d.view(), leaf.d.view(), acc.d.view()};
-    auto refused = [&](const char* what, auto op) {
-      SCOPED_TRACE(std::string(what) + (per_channel ? " (per-channel gates)" : ""));
-      try {
-        op();
-        ADD_FAILURE() << "accepted";
-      } catch (const Error& e) {
-        EXPECT_EQ(e.argument(), "tree_parent") << e.what();
-      }
-      HostTensor o2 = out.h;
-      out.d.download(o2);
-      EXPECT_EQ(o2.bytes(), out.h.bytes()) << "out written";
-      DevCaches& g = gpu;
-      g.down();
-      EXPECT_EQ(g.d->h.bytes(), hc.d_ring.bytes()) << "d ring written";
-      EXPECT_EQ(g.ck->h.bytes(), hc.checkpoint.bytes()) << "checkpoint written";
-    };
-    {
-      const ScopedEnv off("REPLAYSSM_CUDA_GDN_TREES", "0");
-      refused("verify without the opt-in", [&] { G::spec_verify(a); });
-      refused("accept without the opt-in", [&] { G::accept_tree_path(ta); });
+    if (!per_channel) {
+      EXPECT_NO_THROW(G::spec_verify(a));
+      cuda_ok(cudaDeviceSynchronize(), "scalar-gate tree verify");
+      continue;
     }
-    if (per_channel) {
-      const ScopedEnv on("REPLAYSSM_CUDA_GDN_TREES", "1");
-      refused("per-channel verify with the opt-in", [&] { G::spec_verify(a); });
+    try {
+      G::spec_verify(a);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), "tree_parent") << e.what();
     }
+    HostTensor o2 = out.h;
+    out.d.download(o2);
+    EXPECT_EQ(o2.bytes(), out.h.bytes()) << "out written";
+    gpu.down();
+    EXPECT_EQ(gpu.d->h.bytes(), hc.d_ring.bytes()) << "d ring written";
+    EXPECT_EQ(gpu.ck->h.bytes(), hc.checkpoint.bytes()) << "checkpoint written";
   }
 }
 

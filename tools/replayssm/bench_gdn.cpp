@@ -41,7 +41,7 @@ void register_bench_gdn(CLI::App& app) {
                  "accept_tree_path + commit_cursors (accepted leaf: a random node per row and step, num_accepted its "
                  "depth + 1), printed in a row under the chain's verify+commit of the same run. The classic column "
                  "stays the chain's classic speculative path, so classic / tree is a lower bound. Per-head gates only "
-                 "(CUDA refuses per-channel trees); sets REPLAYSSM_CUDA_GDN_TREES=1 (the CUDA GDN tree opt-in)");
+                 "(CUDA refuses per-channel trees)");
   cmd->add_option("--json", o->json, "Write the results as JSON to this file");
   cmd->callback([o] {
     if (o->tree != "chain" && o->gates == "per-channel")

@@ -130,12 +130,6 @@ struct Row {
 
 void run_bench_gdn(const BenchGdnOptions& o) {
   const bool with_tree = o.tree != "chain";
-  if (with_tree) {  // (per-channel gates with a tree: refused by the CLI, bench_gdn.cpp)
-    // The CUDA GDN tree opt-in (gdn_check.cpp require_cuda_tree_opt_in): until the CudaGdnTree GPU tests have run, a
-    // tree_parent / accept_tree_path on CUDA throws Error("tree_parent") unless REPLAYSSM_CUDA_GDN_TREES=1. Set before
-    // the first library call; the library reads it at every call.
-    if (setenv("REPLAYSSM_CUDA_GDN_TREES", "1", 1) != 0) throw Error("bench-gdn", "cannot set REPLAYSSM_CUDA_GDN_TREES=1");
-  }
   const DType sd = parse_dt(o.state, "--state-dtype"), ad = parse_dt(o.act, "--act-dtype"), rd = parse_dt(o.ring, "--ring-dtype");
   const double es = dtype_size(sd), ea = dtype_size(ad), er = dtype_size(rd);
   cudaDeviceProp prop{};
