@@ -125,8 +125,8 @@ struct VerifyArgs {
   // ancestors, the decay sums along its path). Absent = a chain (parent j - 1). No state is written for any node, as
   // for a chain; the window's (d, k, g) go into the ring at logical w + j (d_j depends on j's ancestors only). Once the
   // engine has picked the accepted path, accept_tree_path() moves its entries to w, w + 1, .. on every layer, and
-  // commit_cursors() advances by its length. Per-channel decay gates: CPU backend only (Error("tree_parent") on
-  // CUDA). A tree verify on CUDA launches without pdl (the flag is ignored).
+  // commit_cursors() advances by its length. Either gate kind, CPU and CUDA. A tree verify on CUDA launches without
+  // pdl (the flag is ignored).
   TensorView tree_parent{};
 };
 void spec_verify(const VerifyArgs& args, Stream stream = nullptr);

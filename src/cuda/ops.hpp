@@ -36,7 +36,7 @@ void gdn_tree_accept(const GdnTreeAcceptParams& p, Stream stream);
 void gdn_pc_decode(const GdnStepParams& p, Stream stream);
 void gdn_pc_replay_decode(const GdnReplayParams& p, Stream stream);
 void gdn_pc_materialize(const GdnReplayParams& p, const FoldDstParams& dst, Stream stream);
-void gdn_pc_spec_verify(const GdnVerifyParams& p, Stream stream);
+void gdn_pc_spec_verify(const GdnVerifyParams& p, Stream stream);  // (draft trees: p.tree_parent)
 void gdn_pc_classic_spec(const GdnClassicSpecParams& p, Stream stream);
 
 }  // namespace replayssm::cuda

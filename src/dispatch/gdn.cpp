@@ -181,10 +181,7 @@ void spec_verify(const VerifyArgs& a, Stream stream) {
   const detail::HostInts ids = read_slots(a.slot_idx, slots, stream);
   detail::HostInts qsl;
   if (ids) qsl = read_qsl(a.query_start_loc, c.tokens, a.spec.window, stream);
-  if (a.tree_parent.defined()) {
-    detail::check_tree_parent(a.tree_parent, c.dev, c.tokens, ids, qsl, stream);
-    refuse_cuda_channel_trees(c.dev, c.gate_ch);
-  }
+  if (a.tree_parent.defined()) detail::check_tree_parent(a.tree_parent, c.dev, c.tokens, ids, qsl, stream);
   if (ids) {
     const std::vector<int32_t> cur = *detail::read_int32(a.cache.cursor, stream);
     for (int32_t s : *ids)

@@ -39,9 +39,6 @@ void check_query_start_loc(const TensorView& qsl, const Checked& c, int64_t rows
 // CUDA limits, checked before anything is launched (no-ops for CPU tensors).
 void check_cuda_limits(const Checked& c, const GdnGeometry& geo, const TensorView& state, const char* state_name);
 void check_cuda_ring_alignment(const Checked& c, const TensorView& d, const TensorView& k);
-// A draft tree (VerifyArgs::tree_parent) with per-channel decay gates on a CUDA device: throws Error("tree_parent")
-// before anything is launched (the per-channel CUDA kernel has no tree form). No-op otherwise.
-void refuse_cuda_channel_trees(Device dev, bool per_channel);
 
 // Host range checks, skipped (nullopt) where the values cannot be read: CUDA tensors with device validation off, or a
 // capturing stream. Live slots < slots and unique; returns the host copy.

@@ -2,7 +2,7 @@
 // streamed through verify (tree) + accept_tree_path + commit_cursors on the GPU with the CPU backend alongside and the
 // float64 truth along each token's path (tests/support/gdn_streams.hpp, tree_truth); the chain given as parents against
 // the chain verify (byte for byte); verify + accept + commit captured in a CUDA graph; pdl requested; teeth; per-channel
-// gates' trees refused.
+// decay gates (their own kernel) in the streams, the chain check, the teeth and the sanitizer case.
 #include <functional>
 
 #include "gdn_cuda_harness.hpp"
@@ -44,8 +44,13 @@ struct TreeStats : Stats {
 TreeStats tree_stream(const Cfg& c, const TreeOpts& o) {
   std::mt19937_64 rng(c.seed);
   const int rows = int(c.ids.size()), T = c.spec.window;
-  DevWeights w(make_weights(c.geo, rng));
+  Weights hw = make_weights(c.geo, rng);
   ReplayCaches cpu = make_caches(c.geo, c.sd, c.rd, c.slots, c.spec.ring_len(), 2, rng);
+  if (c.per_channel) {
+    make_per_channel(hw, c.geo, rng);
+    make_per_channel(cpu, c.geo);
+  }
+  DevWeights w(hw);
   DevCaches gpu(cpu);
   HostTensor truth = to_f64_pool(cpu.checkpoint);
   HostTensor sidx = i32(c.ids);
@@ -57,7 +62,9 @@ TreeStats tree_stream(const Cfg& c, const TreeOpts& o) {
     std::vector<int32_t> qsl(size_t(rows) + 1, 0);
     for (int r = 0; r < rows; ++r) qsl[size_t(r) + 1] = qsl[size_t(r)] + len(rng);
     const int64_t tokens = qsl.back();
-    DevTokens tok(make_tokens(c.geo, c.ad, tokens, rng));
+    Tokens ht = make_tokens(c.geo, c.ad, tokens, rng);
+    if (c.per_channel) make_per_channel(ht, rng);
+    DevTokens tok(ht);
     HostTensor out_cpu = make_out(c.geo, c.ad, tokens);
     Mir out_gpu(make_out(c.geo, c.ad, tokens));
     Mir qsl_t(i32(qsl));
@@ -280,12 +287,18 @@ TEST(CudaGdnTree, ChainParentsMatchChainVerify) {
                             {DType::bf16, DType::bf16, DType::bf16, 12, 6, 40, 0, 0},
                             {DType::f16, DType::f16, DType::f16, 26, 6, 40, 0, 0}};
   uint64_t seed = 6400;
+  for (const bool per_channel : {false, true})
   for (const SpecCase& sc : cases) {
     Cfg c = tree_case(sc, {2, 4, 128, 128}, ++seed);
     std::mt19937_64 rng(c.seed);
     const int rows = int(c.ids.size()), T = c.spec.window;
-    DevWeights w(make_weights(c.geo, rng));
-    const ReplayCaches host = make_caches(c.geo, c.sd, c.rd, c.slots, c.spec.ring_len(), 2, rng);
+    Weights hw = make_weights(c.geo, rng);
+    ReplayCaches host = make_caches(c.geo, c.sd, c.rd, c.slots, c.spec.ring_len(), 2, rng);
+    if (per_channel) {
+      make_per_channel(hw, c.geo, rng);
+      make_per_channel(host, c.geo);
+    }
+    DevWeights w(hw);
     DevCaches chain(host), tree(host);
     HostTensor sidx = i32(c.ids);
     DeviceTensor dsidx(sidx);
@@ -306,7 +319,9 @@ TEST(CudaGdnTree, ChainParentsMatchChainVerify) {
         }
       }
       const int64_t tokens = qsl.back();
-      DevTokens tok(make_tokens(c.geo, c.ad, tokens, rng));
+      Tokens ht = make_tokens(c.geo, c.ad, tokens, rng);
+      if (per_channel) make_per_channel(ht, rng);
+      DevTokens tok(ht);
       Mir out0(make_out(c.geo, c.ad, tokens)), out1(make_out(c.geo, c.ad, tokens));
       Mir qsl_t(i32(qsl)), par_t(i32(par)), acc_t(i32(acc));
       G::VerifyArgs a{c.geo, c.spec, tok.view(), w.view(), chain.spec_view(), dsidx.view(), qsl_t.d.view(), out0.d.view()};
@@ -325,7 +340,7 @@ TEST(CudaGdnTree, ChainParentsMatchChainVerify) {
     chain.down();
     tree.down();
     const std::string what = dn(c.sd) + "/" + dn(c.ad) + " ring " + dn(c.rd) + " B" + std::to_string(sc.history) + " T" +
-                             std::to_string(sc.window);
+                             std::to_string(sc.window) + (per_channel ? " per-channel" : "");
     const bool ck = chain.ck->h.bytes() == tree.ck->h.bytes(), d = chain.d->h.bytes() == tree.d->h.bytes(),
                k = chain.k->h.bytes() == tree.k->h.bytes(), g = chain.g->h.bytes() == tree.g->h.bytes(),
                cu = chain.cur->h.bytes() == tree.cur->h.bytes();
@@ -441,11 +456,12 @@ TEST(CudaGdnTree, GraphCapture) {
 TEST(CudaGdnTree, Teeth) {
   NEED_GPU();
   const SpecCase sc{DType::f32, DType::f32, DType::f32, 16, 8, 40, 4e-5, 4e-5};
-  for (int mode = 0; mode < 2; ++mode) {
-    const Cfg c = tree_case(sc, {1, 2, 128, 64}, 6600 + uint64_t(mode));
+  for (int mode = 0; mode < 3; ++mode) {  // mode 2: mode 0 with per-channel gates
+    Cfg c = tree_case(sc, {1, 2, 128, 64}, 6600 + uint64_t(mode));
+    c.per_channel = mode == 2;
     TreeOpts o;
     o.steps = 40;
-    if (mode == 0) {
+    if (mode != 1) {
       o.tamper_verify = [&](int step, const std::vector<int32_t>& qsl, std::vector<int32_t>& par) {
         if (step < 2) return 0;
         return move_last_parent(c.ids, qsl.data(), par.data()) ? 1 : 0;
@@ -465,61 +481,63 @@ TEST(CudaGdnTree, Teeth) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A tree with per-channel decay gates on CUDA is refused by name (the per-channel kernel has no tree form) before
-// anything runs; out and the caches stay as they were. The same call with scalar gates runs.
-TEST(CudaGdnTree, PerChannelRefused) {
+// Per-channel decay gates (the Kimi Delta Attention form; their own kernel, src/cuda/gdn_per_channel.cu): the dtype
+// sets on both head shapes, the kernel's forced pass and stage shapes (the tree's shared memory sits after the stage),
+// and a production shard.
+TEST(CudaGdnTree, PerChannelStreams) {
   NEED_GPU();
-  const GdnGeometry geo{1, 2, 128, 64};
-  const SpecConfig sc{12, 4};
-  std::mt19937_64 rng(6700);
-  for (const bool per_channel : {true, false}) {
-    SCOPED_TRACE(per_channel ? "per-channel gates" : "scalar gates");
-    Weights hw = make_weights(geo, rng);
-    ReplayCaches hc = make_caches(geo, DType::f32, DType::f32, 4, sc.ring_len(), 2, rng);
-    Tokens ht = make_tokens(geo, DType::bf16, 4, rng);
-    if (per_channel) {
-      make_per_channel(hw, geo, rng);
-      make_per_channel(hc, geo);
-      make_per_channel(ht, rng);
+  const GdnGeometry geos[] = {{2, 4, 128, 128}, {1, 2, 128, 64}};
+  int i = 0;
+  for (const SpecCase& sc : kSpecStreamCases) {  // the chain stream cases' dtype sets and bounds
+    Cfg c = tree_case(sc, geos[i % 2], 6700 + uint64_t(i));
+    ++i;
+    c.per_channel = true;
+    const int steps = std::min(sc.steps, 60);
+    const TreeStats s = tree_stream(c, opts(steps));
+    const std::string what = "per-channel tree " + c.geo.to_string() + " " + dn(c.sd) + "/" + dn(c.ad) + " ring " +
+                             dn(c.rd) + " B" + std::to_string(sc.history) + " T" + std::to_string(sc.window);
+    print_tree(what, s);
+    expect_tree_ok(s, sc, steps, what);
+  }
+  const SpecCase& sc = kSpecStreamCases[6];  // fp32 / bf16, fp32 rings, B26 T6
+  for (const char* passes : {"1", "2", "4"})
+    for (const char* stage : {"0", "1"}) {
+      const ScopedEnv ps("REPLAYSSM_GDN_PC_PASSES", passes), st("REPLAYSSM_GDN_PC_STAGE", stage);
+      Cfg c = tree_case(sc, {2, 4, 128, 128}, 6750);
+      c.per_channel = true;
+      const TreeStats s = tree_stream(c, opts(30));
+      const std::string what = std::string("per-channel tree passes ") + passes + " stage " + stage;
+      print_tree(what, s);
+      expect_tree_ok(s, sc, 30, what);
     }
-    DevWeights w(hw);
-    DevCaches gpu(hc);
-    DevTokens tok(ht);
-    Mir out(make_out(geo, DType::bf16, 4)), sidx(i32({1})), qsl(i32({0, 4})), par(i32({-1, 0, 0, 1}));
-    G::VerifyArgs a{geo, sc, tok.view(), w.view(), gpu.spec_view(), sidx.d.view(), qsl.d.view(), out.d.view()};
-    a.tree_parent = par.d.view();
-    if (!per_channel) {
-      EXPECT_NO_THROW(G::spec_verify(a));
-      cuda_ok(cudaDeviceSynchronize(), "scalar-gate tree verify");
-      continue;
-    }
-    try {
-      G::spec_verify(a);
-      ADD_FAILURE() << "accepted";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.argument(), "tree_parent") << e.what();
-    }
-    HostTensor o2 = out.h;
-    out.d.download(o2);
-    EXPECT_EQ(o2.bytes(), out.h.bytes()) << "out written";
-    gpu.down();
-    EXPECT_EQ(gpu.d->h.bytes(), hc.d_ring.bytes()) << "d ring written";
-    EXPECT_EQ(gpu.ck->h.bytes(), hc.checkpoint.bytes()) << "checkpoint written";
+  for (const auto& pr : gdn_presets()) {
+    Cfg c;
+    c.geo = pr.geo.shard(2); c.sd = DType::f32; c.ad = DType::bf16; c.rd = DType::f32;
+    c.spec = {16, 6}; c.ids = {1, -1, 0}; c.slots = 2; c.seed = 6760; c.per_channel = true;
+    const TreeStats s = tree_stream(c, opts(12));
+    print_tree("per-channel tree " + c.geo.to_string(), s);
+    EXPECT_LE(s.out_ref, 5e-2);
+    EXPECT_LE(s.out_cpu, 5e-2);
+    EXPECT_LE(s.rings_cpu, 5e-2);
+    EXPECT_TRUE(s.cursors_eq);
+    EXPECT_GT(s.moved_rows, 0);
   }
 }
 
 // Small enough for compute-sanitizer (memcheck / racecheck): a few tree steps at T = 8 and T = 4, fp32 / bf16 and
-// bf16 / bf16 state / activations, flush steps included.
+// bf16 / bf16 state / activations, flush steps included; both gate kinds.
 TEST(CudaGdnTree, SanitizerSmall) {
   NEED_GPU();
   const SpecCase cases[] = {{DType::f32, DType::bf16, DType::f32, 8, 8, 6, 5e-2, 4e-5},
                             {DType::bf16, DType::bf16, DType::bf16, 4, 4, 6, 8e-2, 5e-2}};
+  for (const bool per_channel : {false, true})
   for (const SpecCase& sc : cases) {
     Cfg c = tree_case(sc, {1, 2, 128, 64}, 6800 + uint64_t(sc.window));
+    c.per_channel = per_channel;
     TreeOpts o;
     o.steps = 6;
     const TreeStats s = tree_stream(c, o);
-    print_tree("tree sanitizer case " + dn(sc.sd) + "/" + dn(sc.ad), s);
+    print_tree("tree sanitizer case " + dn(sc.sd) + "/" + dn(sc.ad) + (per_channel ? " per-channel" : ""), s);
     EXPECT_LE(s.out_ref, sc.out_tol);
     EXPECT_LE(s.out_cpu, sc.out_tol);
     EXPECT_TRUE(s.cursors_eq);
