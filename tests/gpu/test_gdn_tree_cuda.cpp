@@ -44,13 +44,10 @@ struct TreeStats : Stats {
 TreeStats tree_stream(const Cfg& c, const TreeOpts& o) {
   std::mt19937_64 rng(c.seed);
   const int rows = int(c.ids.size()), T = c.spec.window;
-  Weights hw = make_weights(c.geo, rng);
-  ReplayCaches cpu = make_caches(c.geo, c.sd, c.rd, c.slots, c.spec.ring_len(), 2, rng);
-  if (c.per_channel) {
-    make_per_channel(hw, c.geo, rng);
-    make_per_channel(cpu, c.geo);
-  }
-  DevWeights w(hw);
+  Cfg cs = c;
+  cs.steps = o.steps;  // record_outputs' first and last eighth
+  DevWeights w(stream_weights(c, rng));
+  ReplayCaches cpu = stream_caches(c, c.spec.ring_len(), 2, rng);
   DevCaches gpu(cpu);
   HostTensor truth = to_f64_pool(cpu.checkpoint);
   HostTensor sidx = i32(c.ids);
@@ -62,22 +59,11 @@ TreeStats tree_stream(const Cfg& c, const TreeOpts& o) {
     std::vector<int32_t> qsl(size_t(rows) + 1, 0);
     for (int r = 0; r < rows; ++r) qsl[size_t(r) + 1] = qsl[size_t(r)] + len(rng);
     const int64_t tokens = qsl.back();
-    Tokens ht = make_tokens(c.geo, c.ad, tokens, rng);
-    if (c.per_channel) make_per_channel(ht, rng);
-    DevTokens tok(ht);
+    DevTokens tok(stream_tokens(c, tokens, rng));
     HostTensor out_cpu = make_out(c.geo, c.ad, tokens);
     Mir out_gpu(make_out(c.geo, c.ad, tokens));
     Mir qsl_t(i32(qsl));
-    std::vector<int> flushed;
-    for (int r = 0; r < rows; ++r) {
-      const int s = c.ids[size_t(r)];
-      if (s < 0) continue;
-      const int wv = int(cpu.cursor.at({s, 0}));
-      if (c.spec.flush_due(wv) && wv > 0) {
-        round_slot(truth, s, c.sd);
-        flushed.push_back(s);
-      }
-    }
+    const std::vector<int> flushed = flush_slots(c, cpu, qsl, truth);
     const std::vector<int> parent = random_trees(c.ids, qsl, rng);
     std::vector<int32_t> pv(parent.begin(), parent.end());
     const HostTensor ph = i32(pv);
@@ -94,14 +80,7 @@ TreeStats tree_stream(const Cfg& c, const TreeOpts& o) {
     G::spec_verify(ga, ps.get());
     cuda_ok(cudaStreamSynchronize(ps.get()), "tree verify");
     out_gpu.down();
-    if (!flushed.empty()) {
-      gpu.ck->down();
-      for (int s : flushed) {
-        st.ck_ref = std::max(st.ck_ref, max_err(slot_values(gpu.ck->h, s), slot_values(truth, s)));
-        if (c.with_cpu) st.ck_cpu = std::max(st.ck_cpu, max_err(slot_values(gpu.ck->h, s), slot_values(cpu.checkpoint, s)));
-        ++st.flushes;
-      }
-    }
+    compare_flushed(c, gpu, truth, cpu, flushed, st);
 
     // Truth along each path; a random leaf of each live row kept.
     HostTensor ref_out = make_out(c.geo, DType::f64, tokens);
@@ -128,12 +107,7 @@ TreeStats tree_stream(const Cfg& c, const TreeOpts& o) {
       for (int t = t0; t < t0 + n; ++t) live_tok.push_back(t);
       copy_slot(trace, t0 + leaf[size_t(r)], truth, s);
     }
-    const auto got = rows_values(out_gpu.h, live_tok);
-    const double e = max_err(got, rows_values(ref_out, live_tok));
-    st.out_ref = std::max(st.out_ref, e);
-    if (step < o.steps / 8 + 1) st.first = std::max(st.first, e);
-    if (step >= o.steps - o.steps / 8 - 1) st.last = std::max(st.last, e);
-    if (c.with_cpu) st.out_cpu = std::max(st.out_cpu, max_err(got, rows_values(out_cpu, live_tok)));
+    record_outputs(cs, step, live_tok, out_gpu.h, ref_out, out_cpu, st);
 
     // accept_tree_path on both, then commit.
     Mir acc_t(i32(acc)), leaf_t(i32(leaf));
@@ -151,11 +125,7 @@ TreeStats tree_stream(const Cfg& c, const TreeOpts& o) {
     cuda_ok(cudaStreamSynchronize(ps.get()), "tree accept + commit");
   }
   gpu.down();
-  if (c.with_cpu) {
-    st.rings_cpu = std::max({nan_aware_err(gpu.d->h, cpu.d_ring), nan_aware_err(gpu.k->h, cpu.k_ring),
-                             nan_aware_err(gpu.g->h, cpu.g_ring)});
-    st.cursors_eq = gpu.cur->h.bytes() == cpu.cursor.bytes();
-  }
+  if (c.with_cpu) compare_caches_with_cpu(gpu, cpu, st);
   return st;
 }
 
@@ -187,6 +157,22 @@ void print_tree(const std::string& what, const TreeStats& s) {
               s.moved_rows);
 }
 
+// The production geometries (Qwen3.5 presets, TP 2 shards): 12 tree steps, fp32 state / bf16, B16 T6.
+void preset_shard_trees(bool per_channel, uint64_t seed) {
+  for (const auto& pr : gdn_presets()) {
+    Cfg c;
+    c.geo = pr.geo.shard(2); c.sd = DType::f32; c.ad = DType::bf16; c.rd = DType::f32;
+    c.spec = {16, 6}; c.ids = {1, -1, 0}; c.slots = 2; c.seed = seed; c.per_channel = per_channel;
+    const TreeStats s = tree_stream(c, opts(12));
+    print_tree(std::string(per_channel ? "per-channel " : "") + "tree " + c.geo.to_string(), s);
+    EXPECT_LE(s.out_ref, 5e-2);
+    EXPECT_LE(s.out_cpu, 5e-2);
+    EXPECT_LE(s.rings_cpu, 5e-2);
+    EXPECT_TRUE(s.cursors_eq);
+    EXPECT_GT(s.moved_rows, 0);
+  }
+}
+
 // Every CUDA dtype set of the chain stream tests (state / activations / rings; histories 8-26, windows 4-8) on GDN
 // head shapes (K, V = 128 / 128 and 128 / 64; vpk 2), then the production geometries (Qwen3.5 presets, TP 2).
 TEST(CudaGdnTree, StreamRealGeometries) {
@@ -205,20 +191,7 @@ TEST(CudaGdnTree, StreamRealGeometries) {
     print_tree(what, s);
     expect_tree_ok(s, sc, steps, what);
   }
-  for (const auto& pr : gdn_presets()) {
-    Cfg c;
-    c.geo = pr.geo.shard(2); c.sd = DType::f32; c.ad = DType::bf16; c.rd = DType::f32;
-    c.spec = {16, 6}; c.ids = {1, -1, 0}; c.slots = 2; c.seed = 6150;
-    TreeOpts o;
-    o.steps = 12;
-    const TreeStats s = tree_stream(c, o);
-    print_tree("tree " + c.geo.to_string(), s);
-    EXPECT_LE(s.out_ref, 5e-2);
-    EXPECT_LE(s.out_cpu, 5e-2);
-    EXPECT_LE(s.rings_cpu, 5e-2);
-    EXPECT_TRUE(s.cursors_eq);
-    EXPECT_GT(s.moved_rows, 0);
-  }
+  preset_shard_trees(false, 6150);
 }
 
 // Both warp shapes (8 / 16 rows), one checkpoint stage and items per CTA under a tree: the ancestor masks are per CTA,
@@ -510,18 +483,7 @@ TEST(CudaGdnTree, PerChannelStreams) {
       print_tree(what, s);
       expect_tree_ok(s, sc, 30, what);
     }
-  for (const auto& pr : gdn_presets()) {
-    Cfg c;
-    c.geo = pr.geo.shard(2); c.sd = DType::f32; c.ad = DType::bf16; c.rd = DType::f32;
-    c.spec = {16, 6}; c.ids = {1, -1, 0}; c.slots = 2; c.seed = 6760; c.per_channel = true;
-    const TreeStats s = tree_stream(c, opts(12));
-    print_tree("per-channel tree " + c.geo.to_string(), s);
-    EXPECT_LE(s.out_ref, 5e-2);
-    EXPECT_LE(s.out_cpu, 5e-2);
-    EXPECT_LE(s.rings_cpu, 5e-2);
-    EXPECT_TRUE(s.cursors_eq);
-    EXPECT_GT(s.moved_rows, 0);
-  }
+  preset_shard_trees(true, 6760);
 }
 
 // Small enough for compute-sanitizer (memcheck / racecheck): a few tree steps at T = 8 and T = 4, fp32 / bf16 and
