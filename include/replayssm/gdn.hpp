@@ -125,8 +125,8 @@ struct VerifyArgs {
   // ancestors, the decay sums along its path). Absent = a chain (parent j - 1). No state is written for any node, as
   // for a chain; the window's (d, k, g) go into the ring at logical w + j (d_j depends on j's ancestors only). Once the
   // engine has picked the accepted path, accept_tree_path() moves its entries to w, w + 1, .. on every layer, and
-  // commit_cursors() advances by its length. CPU backend only for now: on a CUDA device a tree_parent throws
-  // Error("tree_parent").
+  // commit_cursors() advances by its length. Either gate kind, CPU and CUDA. A tree verify on CUDA launches without
+  // pdl (the flag is ignored).
   TensorView tree_parent{};
 };
 void spec_verify(const VerifyArgs& args, Stream stream = nullptr);
@@ -136,7 +136,7 @@ void spec_verify(const VerifyArgs& args, Stream stream = nullptr);
 // 0 = a_0 -> a_1 -> .. -> a_{k-1} = accepted_leaf (k = num_accepted) is read from tree_parent, and the ring entries of
 // window token a_i (d and g per v-head, k per k-head) move to logical w + i. Rows whose path is the chain prefix move
 // nothing. Only the rings are written; the cursor is read. Run it on every layer (each layer has its own rings), then
-// commit_cursors once. CPU backend only for now: on a CUDA device it throws Error("tree_parent").
+// commit_cursors once. Either gate kind, CPU and CUDA.
 struct TreeAcceptArgs {
   GdnGeometry geo;
   SpecConfig spec;

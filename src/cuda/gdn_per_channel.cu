@@ -28,6 +28,9 @@
 // row (at most 31 x 128; 63 x 128 for a materialize of a 64-position ring) on top of the state's bytes; it
 // is exact and shares no code with the per-head kernels, which stay as they are. pdl flags are accepted and ignored
 // (no overlap, same results).
+// Draft trees (the verify's tree_parent; TREE instances): step 4 keeps s running from token a - 1 where that is a's
+// parent, and otherwise restarts it from the state after the history (kept in shared memory) through a's ancestors
+// with their d already formed: at most T (T - 1) / 2 extra decay-and-add passes over the rows, no extra dots.
 #include <algorithm>
 #include <string>
 
@@ -65,15 +68,36 @@ struct PcParams {
   bool append_dots = false;    // kReplay: the append's output from two dots a row (no fold; default, REPLAYSSM_GDN_PC_APPEND)
   const int32_t* state_indices = nullptr; int64_t si_row = 0, si_col = 1;  // kClassicSpec
   const int32_t* num_accepted = nullptr; int64_t na_stride = 1;            // kClassicSpec
+  const int32_t* tree_parent = nullptr;  // kVerify: [tokens] parent within the window (the TREE instances), else null
 };
+
+// TREE (kVerify with tree_parent): the per-warp shared memory after the op's (and the pass stage's): the lane's columns of
+// its warp's 8 rows of the state after the history (s0, each lane reads back only its own), then the window's d of those
+// rows, d[a * kRows + warp row] (written by lane 4 r, read by all: __syncwarp between).
+__host__ __device__ constexpr int pc_tree_floats(int nt, int K) { return kRows * K + nt * kRows; }
+
+// Window token a's ancestors as byte a (bit i: token i on the path 0 -> .. -> a, a excluded) for a window of n <= 8
+// tokens (the CUDA window limit). A parent that does not precede its child (or < 0) ends the path there, as in the
+// scalar-gate tree verify: no cycle, nothing read out of bounds (bad values are refused on the host where readable).
+__device__ __forceinline__ uint64_t path_bytes(const int32_t* par, int n) {
+  int pa[8];
+#pragma unroll
+  for (int a = 1; a < 8; ++a) pa[a] = a < n ? par[a] : -1;  // every load before the first use
+  uint64_t anc = 0;
+#pragma unroll
+  for (int a = 1; a < 8; ++a)
+    if (pa[a] >= 0 && pa[a] < a) anc |= (((anc >> (8 * pa[a])) & 0xffull) | (1ull << pa[a])) << (8 * a);
+  return anc;
+}
 
 // At least 4 CTAs per SM (<= 128 registers): without the bound ptxas gave the verify and classic speculative instances
 // 152-168 registers (3 CTAs per SM); with it 74-128 (the passes added some), no spills (ptxas, nvcc 13.0).
 // A CTA takes P.passes x kRows rows of its v-head, kRows a pass: the prologue (tokens, history) is paid once for all
 // of them; the later passes' checkpoint rows are prefetched into L2 (small grids) or staged a pass ahead (large ones) as
 // soon as the slot is known, so their HBM reads overlap the prologue without holding registers.
-template <class ST, int K, int OP>
+template <class ST, int K, int OP, bool TREE = false>
 __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P) {
+  static_assert(!TREE || OP == kVerify, "trees are a verify's");
   constexpr int E = K / 32;
   constexpr bool kHist = OP == kReplay || OP == kVerify || OP == kFold;
   const GdnStepParams& p = P.step;
@@ -95,6 +119,7 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
   int64_t fo_off = 0;
   bool flush = false;
   const int32_t* si = nullptr;
+  uint64_t anc = 0;  // TREE: byte a = window token a's ancestors (bit i: token i on the path 0 -> .. -> a, a excluded)
   // 1. the source rows, raw: the first pass's issued as soon as the source slot is known (before the cursor's checks),
   // so the HBM reads overlap everything up to the first conversion; the later passes' into L2 or the stage
   ST* S = nullptr;
@@ -162,6 +187,7 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
       t0 = q0;
       n = q1 - q0;
       if (n <= 0 || n > P.tokens_max) return drain();
+      if constexpr (TREE) anc = path_bytes(P.tree_parent + t0, n);
     } else if constexpr (OP == kFold) {
       n = 0;
       if (!fold_row_setup(P.dst, cur, row, slot, R.ring, p.state, p.state_dtype, p.state_slot, w, rw, fo, fo_off))
@@ -314,8 +340,41 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
       // the window's tokens through the per-channel step; the 8 rows' dots are summed together (warp_sum8: 9 shuffles,
       // not 8 x 5), so lane l holds row l >> 2's and lanes 4 r write row r's output and d
       const int my_row = lane >> 2;
+      // TREE: s carries on from token a - 1 where that is a's parent; otherwise it restarts from s0 (kept in shared
+      // memory) and takes a's ancestors in order (index order is path order), each s = s o alpha_i + d_i k_i with the d_i
+      // already formed: no dots. A chain never restarts, so chain parents run the chain's operations.
+      float* const tree_s0 = TREE ? s_dyn + pc_smem_floats(P.tokens_max, P.hist_max, K, nr) +
+                                        (staged ? kRows * K * int(sizeof(ST)) / 4 : 0) + warp * kRowsPerWarp * K + lane * E
+                                  : nullptr;
+      float* const tree_d = TREE ? s_dyn + pc_smem_floats(P.tokens_max, P.hist_max, K, nr) +
+                                       (staged ? kRows * K * int(sizeof(ST)) / 4 : 0) + kRows * K + warp * kRowsPerWarp
+                                 : nullptr;
+      if constexpr (TREE) {
+#pragma unroll
+        for (int rr = 0; rr < kRowsPerWarp; ++rr) store_cols(tree_s0 + rr * K, s[rr]);
+      }
       for (int a = 0; a < n; ++a) {
         const int64_t tok = t0 + a;
+        if constexpr (TREE) {
+          const uint32_t m = uint32_t(anc >> (8 * a)) & 0xffu;
+          if (a > 0 && ((m >> (a - 1)) & 1u) == 0u) {
+            __syncwarp();  // the ancestors' d (written by lanes 4 r) visible
+#pragma unroll
+            for (int rr = 0; rr < kRowsPerWarp; ++rr) lds_cols<E>(tree_s0 + rr * K, s[rr]);
+            for (uint32_t b = m; b != 0u; b &= b - 1u) {
+              const int i = __ffs(b) - 1;
+              float al[E], kk[E];
+              lds_cols<E>(sm.al + i * K + lane * E, al);
+              lds_cols<E>(sm.k + i * K + lane * E, kk);
+#pragma unroll
+              for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+                const float d = tree_d[i * kRows + rr];
+#pragma unroll
+                for (int e = 0; e < E; ++e) s[rr][e] = fmaf(d, kk[e], s[rr][e] * al[e]);
+              }
+            }
+          }
+        }
         float al[E], kk[E], qq[E];
         lds_cols<E>(sm.al + a * K + lane * E, al);
         lds_cols<E>(sm.k + a * K + lane * E, kk);
@@ -333,6 +392,10 @@ __global__ void __launch_bounds__(32 * kWarps, 4) gdn_pc_kernel(const PcParams P
           part[rr] = dk;
         }
         const float d_mine = beta * (v_mine - warp_sum8(part, lane));
+        if constexpr (TREE) {
+          if ((lane & 3) == 0) tree_d[a * kRows + my_row] = d_mine;
+          __syncwarp();
+        }
 #pragma unroll
         for (int rr = 0; rr < kRowsPerWarp; ++rr) {
           const float d = __shfl_sync(0xffffffffu, d_mine, 4 * rr);
@@ -429,6 +492,13 @@ void launch_pc(PcParams P, Stream stream, const char* what) {
     gdn::with_head_k(p.head_k_dim, [&](auto kc) {
       constexpr int K = decltype(kc)::value;
       auto* kernel = gdn_pc_kernel<ST, K, OP>;
+      size_t tree_bytes = 0;
+      if constexpr (OP == kVerify) {
+        if (P.tree_parent) {
+          kernel = gdn_pc_kernel<ST, K, OP, true>;
+          tree_bytes = size_t(pc_tree_floats(P.tokens_max, K)) * sizeof(float);
+        }
+      }
       const size_t base = size_t(pc_smem_floats(P.tokens_max, P.hist_max, K, kRows * P.passes)) * sizeof(float);
       const size_t stage_bytes = size_t(kRows) * K * sizeof(ST);
       // The stage buffer where the grid has >= 2 waves of 4 CTAs an SM and it costs no CTA an SM (twenty-sixth session,
@@ -436,8 +506,9 @@ void launch_pc(PcParams P, Stream stream, const char* what) {
       // append +4-10 % and flush +14 %, and the b8 verify lost a CTA an SM to it: +36 %).
       const bool big_grid = grid_ctas >= int64_t(sm_count()) * 4 * 2;
       P.stage = P.passes > 1 && (forced_stage >= 0 ? forced_stage == 1
-                                                   : big_grid && ctas_by_smem(base + stage_bytes) == ctas_by_smem(base));
-      const size_t smem = base + (P.stage ? stage_bytes : 0);
+                                                   : big_grid && ctas_by_smem(base + tree_bytes + stage_bytes) ==
+                                                                 ctas_by_smem(base + tree_bytes));
+      const size_t smem = base + (P.stage ? stage_bytes : 0) + tree_bytes;  // the tree's after the stage (the kernel's order)
       allow_dynamic_smem(kernel, smem, what);
       const dim3 grid(unsigned(p.head_v_dim / (kRows * P.passes)), unsigned(p.v_heads), unsigned(p.rows));
       kernel<<<grid, dim3(32 * kWarps), smem, st>>>(P);
@@ -489,6 +560,7 @@ void gdn_pc_spec_verify(const GdnVerifyParams& v, Stream stream) {
   // window rounded up to a power of two: history rows, not ring - 1, keep B = 16, T = 4 (ring 32) at 4 CTAs an SM (74.8
   // -> 51 KB with the pass stage; ncu, H100, s27 run 2: 3 CTAs an SM, 18.5 % occupancy, issue 53 % busy).
   P.hist_max = std::min(P.hist_max, v.history);
+  P.tree_parent = v.tree_parent;
   launch_pc<kVerify>(P, stream, "gdn_spec_verify (per-channel gates)");
 }
 

@@ -67,6 +67,7 @@
 // 24-44 B at K = 64, 132-144 B with fp32 activations; fp32 state at 16 rows with 16-bit activations none.
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "cuda/bulk_copy.cuh"
 #include "cuda/env_choice.hpp"
@@ -100,10 +101,17 @@ constexpr int kMaxVh = 8;  // v-heads one CTA touches (<= its items; verify_ipc 
 // parameter: the instances without it are the code as before.
 // STG (checkpoint stages per warp, verify_shape): 2 = item i + 1's copies issued before item i is computed; 1 = issued
 // once item i is done (half the checkpoint's shared memory: 3 CTAs of 4 warps an SM instead of 2 at fp32 state).
-template <class ST, class AT, int K, int NT, bool PDL, int STG = 2>
+// TREE (VerifyArgs::tree_parent): window token a replays the history and its path 0 -> .. -> a only (the CPU's
+// semantics, src/cpu/gdn_spec_verify.cpp): its Gam sums the gates along the path and its row of the window solve and of
+// the outputs keeps the path's tokens (the other coefficients are zero, so the substitution's loops stay as they are).
+// Each window token's path mask is formed once per warp by pointer jumping over the lanes (lane j: token j), kept in
+// shared memory for the gate scan and the coefficients. Instances of their own, launched without pdl (tree_parent is read with the window
+// in the plain instances' order): the chain instances are the code as before.
+template <class ST, class AT, int K, int NT, bool PDL, int STG = 2, bool TREE = false>
 __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(const GdnVerifyParams P, const int slices,
                                                                               const int ipc) {
   static_assert(STG == 1 || STG == 2, "one or two stages");
+  static_assert(!(TREE && PDL), "trees launch without pdl");
   using VT = Vec16<ST>;
   constexpr int VEC = VT::kN, CW = 4 * VEC, NCH = K / CW, KP = K + 16;
   constexpr int BPS = spec::Parts<ST>::kN;
@@ -119,6 +127,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
   __shared__ float s_L[kMaxVh][kT][kT], s_O[kMaxVh][kT][kT];
   __shared__ float s_om[kMaxVh][32], s_gam[kMaxVh][kT], s_beta[kMaxVh][kT], s_ea[kMaxVh][kT], s_tot[kMaxVh];
   __shared__ float s_sq[kT], s_sk[kT];
+  __shared__ uint32_t s_anc[kMaxWarps][kT];  // TREE: bit i of s_anc[w][a] set iff window token i is on a's path (a copy
+                                              // per warp: the gate scan reads its warp's before B1)
   extern __shared__ __align__(16) unsigned char s_dyn[];
 
   const int tid = threadIdx.x, nth = blockDim.x, warp = tid >> 5, lane = tid & 31, nw = nth >> 5;
@@ -224,6 +234,33 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
   }
   issue_hist(0);
   cp_async_commit();
+  // TREE: this lane's window token's path mask, by pointer jumping: after round r, anc holds the 2^r nearest tokens of
+  // the path from `lane` up and par the token 2^r above (-1: past the root); a path has at most kT = 8 = 2^3 tokens. A
+  // parent that does not precede its child (or < 0) ends the path there: no cycle, nothing read out of bounds (bad
+  // values are refused on the host where readable). Kept in shared memory (a copy per warp), not in a register across
+  // the gate scan: with the mask live in a register there, ptxas 13.0 aborted ("C7600 Register allocation failed with
+  // register count of '7'") on every tree instance.
+  if constexpr (TREE) {
+    static_assert(kT <= 8, "three pointer-jumping rounds cover paths of at most 8 tokens");
+    int par = -1;
+    if (lane > 0 && lane < n) {
+      const int pj = P.tree_parent[t0 + lane];
+      par = pj >= 0 && pj < lane ? pj : -1;
+    }
+    uint32_t anc = lane < n ? 1u << lane : 0u;
+#pragma unroll
+    for (int r = 0; r < 3; ++r) {
+      const int src = par >= 0 ? par : lane;
+      const uint32_t pa = __shfl_sync(0xffffffffu, anc, src);
+      const int pp = __shfl_sync(0xffffffffu, par, src);
+      if (par >= 0) {
+        anc |= pa;
+        par = pp;
+      }
+    }
+    if (lane < kT) s_anc[warp][lane] = anc;  // the gate scan's (its warp's, after the __syncwarp) and the coefficients'
+    __syncwarp();
+  }
   for (int u = warp; u < nv; u += nw) {  // g ring scan -> om_c = exp(G - G_c), tot = exp(G); window gates (serial)
     const int hv = h * vpk + iv0 + u;
     float* gr = static_cast<float*>(R.g_ring) + int64_t(slot) * R.gr_slot + int64_t(hv) * RL;
@@ -249,7 +286,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
 #pragma unroll
     for (int j = 0; j < kT; ++j) {
       const float x = __shfl_sync(0xffffffffu, ga, j);
-      if (j <= lane) acc += x;
+      if (TREE ? lane < kT && ((s_anc[warp][lane] >> j) & 1u) != 0u : j <= lane) acc += x;  // the gates along the path (a chain: 0..lane)
     }
     if (lane < n) {
       s_gam[u][lane] = acc;
@@ -322,13 +359,14 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kMinCtas) gdn_verify_kernel(co
   for (int xx = tid; xx < nv * kT * kT; xx += nth) {
     const int u = xx >> 6, a = (xx >> 3) & 7, j = xx & 7;
     if (a < n && j <= a) {
+      const bool on = !TREE || ((s_anc[0][a] >> j) & 1u) != 0u;  // TREE: j on a's path, else both coefficients zero
       auto rn = [&](float ss) { return p.qk_l2norm ? 1.f / sqrtf(ss + 1e-6f) : 1.f; };
       const float rka = rn(Pk(w + a, a)), rkj = rn(Pk(w + j, j));
       const float sca = rn(Pq(w + n + a, a)) * float(p.scale);
       const float E = expf(s_gam[u][a] - s_gam[u][j]);
       const float KK = Pk(w + j, a) * rkj * rka, KQ = Pq(w + j, a) * rkj * sca;
-      s_L[u][a][j] = j < a ? -s_beta[u][a] * E * KK : 0.f;
-      s_O[u][a][j] = E * KQ;
+      s_L[u][a][j] = on && j < a ? -s_beta[u][a] * E * KK : 0.f;
+      s_O[u][a][j] = on ? E * KQ : 0.f;
       if (j == a) {
         s_ea[u][a] = expf(s_gam[u][a]);
         if (u == 0) {
@@ -657,7 +695,8 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
   const int nt = verify_tiles(p.step.rows, p.step.v_heads, V, esize(p.step.act));
   const VerifyShape shape = verify_shape(p, nt, ssz);
   const int stages = shape.stages, vpk = p.step.v_heads / p.step.k_heads;
-  const bool pdl = use_pdl(p.step.pdl);
+  // trees: no pdl instance (as Mamba-2's tree verify): a tree verify launches plainly whatever VerifyArgs::pdl says
+  const bool tree = p.tree_parent != nullptr, pdl = !tree && use_pdl(p.step.pdl);
   // smem_of(rpc): the dynamic shared memory of CTAs of rpc state rows
   auto launch = [&](auto kernel, auto smem_of) {
     int warps = shape.warps, resident = 0;
@@ -684,12 +723,17 @@ void gdn_spec_verify(const GdnVerifyParams& p, Stream stream) {
           return verify_smem(rpc, K, int(sizeof(ST)), int(sizeof(AT)), p.history, int(esize(p.ring.k_dtype)),
                              int(esize(p.ring.d_dtype)), stages).total;
         };
-        if (stages == 1) {  // verify_shape: nt == 2 here
-          pdl ? launch(gdn_verify_kernel<ST, AT, K, 2, true, 1>, smem) : launch(gdn_verify_kernel<ST, AT, K, 2, false, 1>, smem);
-          return;
-        }
-        if (nt == 2) pdl ? launch(gdn_verify_kernel<ST, AT, K, 2, true>, smem) : launch(gdn_verify_kernel<ST, AT, K, 2, false>, smem);
-        else pdl ? launch(gdn_verify_kernel<ST, AT, K, 1, true>, smem) : launch(gdn_verify_kernel<ST, AT, K, 1, false>, smem);
+        const auto go = [&](auto ntc, auto stgc) {
+          constexpr int NT = decltype(ntc)::value, SG = decltype(stgc)::value;
+          if (tree) launch(gdn_verify_kernel<ST, AT, K, NT, false, SG, true>, smem);
+          else if (pdl) launch(gdn_verify_kernel<ST, AT, K, NT, true, SG>, smem);
+          else launch(gdn_verify_kernel<ST, AT, K, NT, false, SG>, smem);
+        };
+        using I1 = std::integral_constant<int, 1>;
+        using I2 = std::integral_constant<int, 2>;
+        if (stages == 1) go(I2{}, I1{});  // verify_shape: nt == 2 here
+        else if (nt == 2) go(I2{}, I2{});
+        else go(I1{}, I2{});
       });
     });
   });

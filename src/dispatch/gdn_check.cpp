@@ -147,12 +147,6 @@ void check_cuda_ring_alignment(const Checked& c, const TensorView& d, const Tens
                             str(t.stride[0]) + " elements");
 }
 
-void refuse_cuda_trees(Device dev) {
-  if (dev.type != DeviceType::cuda) return;
-  throw Error("tree_parent", "the CUDA GDN verify does not take draft trees yet (tree_parent, accept_tree_path): they "
-                             "run on the CPU backend only");
-}
-
 // Live slots in range and unique; returns the host copy.
 // nullopt when the index tensors cannot be read on the host (CUDA tensors with device validation
 // off, or a capturing stream): the host range checks are then skipped, as in the Mamba-2 ops.

@@ -39,9 +39,6 @@ void check_query_start_loc(const TensorView& qsl, const Checked& c, int64_t rows
 // CUDA limits, checked before anything is launched (no-ops for CPU tensors).
 void check_cuda_limits(const Checked& c, const GdnGeometry& geo, const TensorView& state, const char* state_name);
 void check_cuda_ring_alignment(const Checked& c, const TensorView& d, const TensorView& k);
-// Draft trees (VerifyArgs::tree_parent, accept_tree_path) run on the CPU backend only for now: throws
-// Error("tree_parent") on a CUDA device, before anything is launched.
-void refuse_cuda_trees(Device dev);
 
 // Host range checks, skipped (nullopt) where the values cannot be read: CUDA tensors with device validation off, or a
 // capturing stream. Live slots < slots and unique; returns the host copy.

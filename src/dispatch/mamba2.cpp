@@ -85,7 +85,8 @@ Mamba2ReplayParams fold_params(const Mamba2Geometry& geo, const Weights& w, cons
 }
 
 // The fold on the tensors' device (materialize: dst in place; export_state: dst given).
-void run_fold(const Mamba2ReplayParams& p, const FoldDstParams& dst, Device dev, Stream stream) {
+void run_fold(const Mamba2ReplayParams& p, const FoldDstParams& dst, Device dev,
+              [[maybe_unused]] Stream stream) {  // unused without CUDA
   if (dev.type == DeviceType::cuda) {
     detail::require_cuda_device("device", dev);
 #if defined(REPLAYSSM_WITH_CUDA)

@@ -69,7 +69,7 @@ struct GdnVerifyParams {
   const int32_t* query_start_loc = nullptr;  // [rows + 1], contiguous
   int history = 16;  // B
   int window = 4;    // T
-  const int32_t* tree_parent = nullptr;  // [tokens] parent within the window (-1 for token 0); nullptr: a chain (CPU only)
+  const int32_t* tree_parent = nullptr;  // [tokens] parent within the window (-1 for token 0); nullptr: a chain
 };
 
 // accept_tree_path: per row, the accepted path's ring entries (d, g per v-head; k per k-head) to logical w + i.

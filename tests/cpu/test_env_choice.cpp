@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "cuda/env_choice.hpp"
-#include "gpu/scoped_env.hpp"
+#include "support/scoped_env.hpp"
 #include "replayssm/error.hpp"
 
 using replayssm::Error;

@@ -217,7 +217,7 @@ TEST(GdnTree, BadTreeArgumentsRejected) {
   auto accept = [&](const TensorView& tree, const TensorView& lf, const TensorView& na) { accept_to(tree, lf, na, sv); };
   const HostTensor good_t = expect_bad_tree_args_rejected(b, kept, caches, verify, accept);
 
-  // GDN's own: the cache's rings and cursor, and CUDA.
+  // GDN's own: the cache's rings and cursor.
   const HostTensor lt = i32(b.leaf), at = i32(b.acc);
   auto accept_rejected = [&](const std::string& what, const std::string& arg, const G::SpecCache& c) {
     expect_rejected(what, arg, caches, [&] { accept_to(good_t.view(), lt.view(), at.view(), c); });
@@ -233,16 +233,6 @@ TEST(GdnTree, BadTreeArgumentsRejected) {
   bad = sv;
   bad.cursor = far.view();
   accept_rejected("cursor w > history", "cache.cursor", bad);
-  // On a CUDA device the GDN trees are refused, before anything runs (whatever the build).
-  G::SpecCache on_cuda = sv;
-  for (TensorView* t : {&on_cuda.checkpoint, &on_cuda.d_ring, &on_cuda.k_ring, &on_cuda.g_ring, &on_cuda.cursor})
-    t->device = Device::cuda(0);
-  expect_rejected("on a CUDA device", "tree_parent", caches, [&] {
-    TensorView tp = good_t.view(), lf = lt.view(), na = at.view(), s = sl.view(), q = qt.view();
-    for (TensorView* t : {&tp, &lf, &na, &s, &q}) t->device = Device::cuda(0);
-    G::accept_tree_path({fx.geo, fx.sc, on_cuda, s, q, tp, lf, na});
-  });
-
   const std::vector<uint8_t> d_before = cc.d_ring.bytes();
   ASSERT_NO_THROW(accept(good_t.view(), lt.view(), at.view()));
   EXPECT_FALSE(cc.d_ring.bytes() == d_before);  // the path 0 -> 2 -> 3 moved

@@ -2,7 +2,6 @@
 #include "gdn_cuda_harness.hpp"
 
 namespace replayssm::test::gdn_cuda {
-namespace {
 
 // One step's outputs (the listed rows / tokens) against the float64 truth and the CPU backend: the largest error, and
 // that of the first and last eighth of the stream (error must not grow).
@@ -40,7 +39,31 @@ ReplayCaches stream_caches(const Cfg& c, int R, int cursor_cols, std::mt19937_64
   return k;
 }
 
-}  // namespace
+std::vector<int> flush_slots(const Cfg& c, const ReplayCaches& cpu, const std::vector<int32_t>& qsl, HostTensor& truth) {
+  std::vector<int> flushed;
+  for (size_t r = 0; r < c.ids.size(); ++r) {
+    const int s = c.ids[r];
+    if (s < 0 || qsl[r + 1] == qsl[r]) continue;
+    const int wv = int(cpu.cursor.at({s, 0}));
+    if (c.spec.flush_due(wv) && wv > 0) {
+      round_slot(truth, s, c.sd);
+      flushed.push_back(s);
+    }
+  }
+  return flushed;
+}
+
+void compare_flushed(const Cfg& c, DevCaches& gpu, const HostTensor& truth, const ReplayCaches& cpu,
+                     const std::vector<int>& flushed, Stats& st) {
+  if (flushed.empty()) return;
+  gpu.ck->down();
+  for (int s : flushed) {
+    st.ck_ref = std::max(st.ck_ref, max_err(slot_values(gpu.ck->h, s), slot_values(truth, s)));
+    if (c.with_cpu) st.ck_cpu = std::max(st.ck_cpu, max_err(slot_values(gpu.ck->h, s), slot_values(cpu.checkpoint, s)));
+    ++st.flushes;
+  }
+}
+
 
 Stats replay_stream(const Cfg& c, const Hook& before_step) {
   std::mt19937_64 rng(c.seed);
@@ -157,16 +180,7 @@ Stats spec_stream(const Cfg& c) {
     TensorView dout = out_gpu.d.view();
     dout.shape[0] = tokens;
     Mir qsl_t(i32(qsl));
-    std::vector<int> flushed;
-    for (int r = 0; r < rows; ++r) {
-      const int s = c.ids[size_t(r)];
-      if (s < 0 || qsl[size_t(r) + 1] == qsl[size_t(r)]) continue;
-      const int wv = int(cpu.cursor.at({s, 0}));
-      if (c.spec.flush_due(wv) && wv > 0) {
-        round_slot(truth, s, c.sd);
-        flushed.push_back(s);
-      }
-    }
+    const std::vector<int> flushed = flush_slots(c, cpu, qsl, truth);
     if (c.with_cpu) G::spec_verify({c.geo, c.spec, hin, w.w.view(), cpu.spec_view(), sidx.view(), qsl_t.h.view(), out_cpu.view()});
     if (c.pdl) {  // the window, its bounds, the cursors and the rings written by a late producer
       std::vector<std::pair<void*, size_t>> late;
@@ -182,14 +196,7 @@ Stats spec_stream(const Cfg& c) {
       G::spec_verify({c.geo, c.spec, din, w.view(), gpu.spec_view(), dsidx.view(), qsl_t.d.view(), dout});
     }
     out_gpu.down();
-    if (!flushed.empty()) {
-      gpu.ck->down();
-      for (int s : flushed) {
-        st.ck_ref = std::max(st.ck_ref, max_err(slot_values(gpu.ck->h, s), slot_values(truth, s)));
-        if (c.with_cpu) st.ck_cpu = std::max(st.ck_cpu, max_err(slot_values(gpu.ck->h, s), slot_values(cpu.checkpoint, s)));
-        ++st.flushes;
-      }
-    }
+    compare_flushed(c, gpu, truth, cpu, flushed, st);
     HostTensor ref_out = make_out(c.geo, DType::f64, std::max<int64_t>(tokens, 1));
     HostTensor trace(DType::f64, {std::max<int64_t>(tokens, 1), c.geo.v_heads, c.geo.head_v_dim, c.geo.head_k_dim});
     HostTensor scratch = clone(truth);

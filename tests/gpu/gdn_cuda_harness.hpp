@@ -21,7 +21,7 @@
 #include "device_tensor.hpp"
 #include "gdn_device.hpp"
 #include "late_writer.hpp"
-#include "scoped_env.hpp"
+#include "support/scoped_env.hpp"
 #include "replayssm/backend.hpp"
 #include "replayssm/error.hpp"
 #include "support/gdn_harness.hpp"
@@ -169,6 +169,23 @@ inline HostTensor masked(const std::vector<int32_t>& ids, const std::vector<char
     if (keep[i]) m[i] = ids[i];
   return i32(m);
 }
+
+// The streams' inputs: random tokens of `rows` tokens, weights and caches, with per-channel gates where c.per_channel.
+Tokens stream_tokens(const Cfg& c, int64_t rows, std::mt19937_64& rng);
+Weights stream_weights(const Cfg& c, std::mt19937_64& rng);
+ReplayCaches stream_caches(const Cfg& c, int R, int cursor_cols, std::mt19937_64& rng);
+// One step's outputs (the listed rows / tokens) against the float64 truth and the CPU backend: the largest error, and
+// that of the first and last eighth of the c.steps-step stream (error must not grow).
+void record_outputs(const Cfg& c, int step, const std::vector<int>& rows, const HostTensor& gpu, const HostTensor& truth,
+                    const HostTensor& cpu, Stats& st);
+// Before a verify: the live slots (non-empty window) whose verify folds its history first (flush due, w > 0); the
+// float64 truth's checkpoint of each is rounded to the state dtype, as the kernel stores it.
+std::vector<int> flush_slots(const Cfg& c, const ReplayCaches& cpu, const std::vector<int32_t>& qsl, HostTensor& truth);
+// After it: those slots' device checkpoints (downloaded) against the truth and the CPU backend.
+void compare_flushed(const Cfg& c, DevCaches& gpu, const HostTensor& truth, const ReplayCaches& cpu,
+                     const std::vector<int>& flushed, Stats& st);
+// After a stream: the device rings and cursors (downloaded) against the CPU backend's.
+void compare_caches_with_cpu(const DevCaches& gpu, const ReplayCaches& cpu, Stats& st);
 
 using Hook = std::function<void(int step, DevCaches&)>;
 

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "gdn_cuda_harness.hpp"
-#include "scoped_env.hpp"
+#include "support/scoped_env.hpp"
 #include "support/gdn_materialize.hpp"
 
 namespace replayssm::test {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "mamba2_world.hpp"
-#include "scoped_env.hpp"
+#include "support/scoped_env.hpp"
 #include "replayssm/backend.hpp"
 
 namespace replayssm::test {

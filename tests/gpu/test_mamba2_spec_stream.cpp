@@ -10,7 +10,7 @@
 #include <string>
 
 #include "mamba2_spec_harness.hpp"
-#include "scoped_env.hpp"
+#include "support/scoped_env.hpp"
 #include "replayssm/cursor.hpp"
 #include "replayssm/error.hpp"
 #include "replayssm/geometry.hpp"

@@ -166,21 +166,19 @@ ClassicSpecStats run_classic_spec_chain(const GdnGeometry& geo, DType sd, DType 
   return st;
 }
 
-// Float64 states of a tree window in `trace` (token t's state at index t), outputs in ref_out: window token j of row r
-// steps from its parent's state (the committed one for the root), as replaying its path from the committed state does.
-static void tree_reference(const StreamConfig& c, const Tokens& tok, const Weights& w, const HostTensor& truth,
-                           const std::vector<int32_t>& qsl, const std::vector<int>& parent, HostTensor& trace,
-                           HostTensor& ref_out) {
-  for (size_t r = 0; r < c.slot_ids.size(); ++r) {
-    const int s = c.slot_ids[r], t0 = qsl[r];
+void tree_truth(const GdnGeometry& geo, DType ring, const std::vector<int32_t>& slot_ids, const Tokens& tok,
+                const Weights& w, const HostTensor& truth, const std::vector<int32_t>& qsl, const std::vector<int>& parent,
+                HostTensor& trace, HostTensor& ref_out) {
+  for (size_t r = 0; r < slot_ids.size(); ++r) {
+    const int s = slot_ids[r], t0 = qsl[r];
     if (s < 0) continue;
     for (int t = t0; t < qsl[r + 1]; ++t) {
       if (t == t0) copy_slot(truth, s, trace, t);
       else copy_slot(trace, t0 + parent[size_t(t)], trace, t);
       const HostTensor one = i32({t});
-      ref::RefArgs ra = ref_args(c.geo, slice(tok.view(), t, 1), w, trace, one, ref_out);
+      ref::RefArgs ra = ref_args(geo, slice(tok.view(), t, 1), w, trace, one, ref_out);
       ra.out = slice(ref_out.view(), t, 1);
-      ra.update_round = c.ring;
+      ra.update_round = ring;
       ref::decode_step(ra);
     }
   }
@@ -241,7 +239,7 @@ StreamStats run_spec_stream(const StreamConfig& c, bool full_windows, const Step
     ra.query_start_loc = qsl_t.view();
     ra.state_trace = trace.view();
     ra.update_round = c.ring;
-    if (c.tree) tree_reference(c, tok, w, truth, qsl, parent, trace, ref_out);
+    if (c.tree) tree_truth(c.geo, c.ring, c.slot_ids, tok, w, truth, qsl, parent, trace, ref_out);
     else ref::decode_sequence(ra);
     std::vector<int> live_tokens, pad_tokens;
     std::vector<int32_t> acc(size_t(rows), 0), leaf(size_t(rows), 0);

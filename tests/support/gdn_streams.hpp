@@ -56,6 +56,14 @@ StreamStats run_replay_stream(const StreamConfig& c, const StepHook& hook = {});
 // every window token against the float64 decode of the accepted stream.
 StreamStats run_spec_stream(const StreamConfig& c, bool full_windows = false, const StepHook& hook = {});
 
+// The float64 truth of a tree window (run_spec_stream's tree mode; the CUDA tree tests): for each live row r
+// (slot_ids[r] >= 0) window token t = qsl[r] + j steps from its parent's state in `trace` (the root from slot
+// slot_ids[r] of `truth`), d entering through `ring`'s rounding; token t's state lands in trace[t], its output in
+// ref_out[t]. parent: window-local, per token (as tree_parent).
+void tree_truth(const GdnGeometry& geo, DType ring, const std::vector<int32_t>& slot_ids, const Tokens& tok,
+                const Weights& w, const HostTensor& truth, const std::vector<int32_t>& qsl, const std::vector<int>& parent,
+                HostTensor& trace, HostTensor& ref_out);
+
 // The classic speculative path chained over `steps` windows (T = 4, 3 rows, one padding, 16 slots, random
 // window lengths and acceptance) against the float64 sequence from the accepted start states.
 struct ClassicSpecStats {

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "replayssm/bench_gdn.hpp"  // tools/replayssm/bench_gdn.hpp
+#include "replayssm/bench_tree.hpp"  // tools/replayssm/bench_tree.hpp (--tree, shared with bench-spec)
 #include "replayssm/commands.hpp"
 #include "replayssm/error.hpp"
 
@@ -34,6 +35,12 @@ void register_bench_gdn(CLI::App& app) {
                   "decay gates: per-head (Qwen3.5), or per-channel (one per key channel, the Kimi Delta Attention form; "
                   "its own exact kernel family on CUDA)")
       ->capture_default_str()->check(CLI::IsMember({"per-head", "per-channel"}));
+  add_tree_option(cmd, o->tree,
+                 "Draft tree of the ReplaySSM verify (as bench-spec --tree): chain (no tree_parent), binary (parent[j] "
+                 "= (j - 1) / 2), star (parent[j] = 0). With a tree each step is spec_verify with tree_parent + "
+                 "accept_tree_path + commit_cursors (accepted leaf: a random node per row and step, num_accepted its "
+                 "depth + 1), printed in a row under the chain's verify+commit of the same run. The classic column "
+                 "stays the chain's classic speculative path, so classic / tree is a lower bound. Either gate kind");
   cmd->add_option("--json", o->json, "Write the results as JSON to this file");
   cmd->callback([o] {
 #if defined(REPLAYSSM_WITH_CUDA)

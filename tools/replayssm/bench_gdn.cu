@@ -7,6 +7,10 @@
 // (state, rings, inputs, outputs); "frac" is TB/s over the device-to-device copy bandwidth
 // measured in the same run (bytes read + written); "bytes x" is the op's bytes over its classic
 // comparator's (the byte bound of the ratio). Caches are rotated over >= 256 MB ("sets").
+// With --tree binary / star (as bench-spec --tree): per T and batch, spec_verify with tree_parent + accept_tree_path +
+// commit_cursors on cursors of their own (a random accepted node per row and step, num_accepted its depth + 1), and
+// accept_tree_path alone, in a row under the chain's verify+commit (bench_tree.hpp prints it). The chain's accepted
+// counts stay fixed per row (its cursor law); the classic column stays the chain's classic spec path (a lower bound).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,12 +19,14 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "cuda/launch_util.cuh"
 #include "replayssm/bench_gdn.hpp"
+#include "replayssm/bench_tree.hpp"  // tree shapes, random accepted nodes, flush share, the tree row (with bench-spec)
 #include "replayssm/bench_types.hpp"
 #include "replayssm/replayssm.hpp"
 #include "replayssm/traffic.hpp"
@@ -115,11 +121,15 @@ struct Row {
   int batch = 0, T = 0;
   double us = 0, bytes = 0, ratio = 0;  // ratio: to the classic comparator (classic us / this us)
   int history = 0;                      // speculative rows: the history B they ran at
+  bool has_tree = false;                // verify+commit rows with --tree: the tree's timing next to this chain's
+  TreeTiming tree;
+  double classic_spec_us = 0;           // with has_tree: the classic spec path of the same T and batch
 };
 
 }  // namespace
 
 void run_bench_gdn(const BenchGdnOptions& o) {
+  const bool with_tree = o.tree != "chain";
   const DType sd = parse_dt(o.state, "--state-dtype"), ad = parse_dt(o.act, "--act-dtype"), rd = parse_dt(o.ring, "--ring-dtype");
   const double es = dtype_size(sd), ea = dtype_size(ad), er = dtype_size(rd);
   cudaDeviceProp prop{};
@@ -130,12 +140,14 @@ void run_bench_gdn(const BenchGdnOptions& o) {
               o.state.c_str(), o.act.c_str(), o.ring.c_str(), o.L,
               o.history ? std::to_string(o.history).c_str() : "fewest bytes by count, no longer than 16",
               cuda::use_pdl(o.pdl) ? "; classic and replay steps launched with pdl" : "", pc ? "; per-channel gates" : "");
+  if (with_tree) print_tree_intro(o.tree);
   std::printf("%-20s %5s %-22s %3s %10s %10s %7s %6s %9s %7s %4s\n", "model", "batch", "op", "T", "us", "MB", "TB/s", "frac",
               "vs classic", "bytes x", "sets");
   cudaStream_t st;
   ck(cudaStreamCreate(&st), "stream");
   std::vector<Row> rows;
   std::mt19937_64 rng(7);
+  std::mt19937_64 tree_rng(8);  // its own stream: the chain's draws stay those of a run without --tree
   // Sets of caches (own slots of one pool, own slot ids and cursors) rotated launch by launch so
   // that >= rotate MB are touched between two uses of a set: small batches are not served from L2.
   const double rotate = 256e6;
@@ -315,6 +327,47 @@ void run_bench_gdn(const BenchGdnOptions& o) {
         };
         const double v_bytes = verify_bytes(nsteps);
         report("verify+commit", T, t_v, v_bytes, t_cs, ns, cs_bytes);
+        // The tree: the chain's loop over sets with tree_parent + accept_tree_path, on cursors of its own (the chain's
+        // rings and checkpoint), each step i a random accepted node per row (every set the same draws).
+        if (with_tree) {
+          const TreeDraws td = draw_tree(o.tree, T, B, nsteps, tree_rng);
+          Buf tpar(td.parent.size() * 4), leaf(td.leaf.size() * 4), tacc(td.accepted.size() * 4), tcur(size_t(rs) * 8);
+          upload(tpar, td.parent);
+          upload(leaf, td.leaf);
+          upload(tacc, td.accepted);
+          gdn::SpecCache tc = sc;
+          tc.cursor = tv(tcur, DType::i32, {rs, 2});
+          const TensorView tparv = tv(tpar, DType::i32, {ntok}), qslv = tv(qsl_b, DType::i32, {B + 1});
+          auto at_step = [&](const Buf& buf, int i) {  // [B] block of step i
+            return TensorView::contiguous(static_cast<int32_t*>(buf.p) + int64_t(i) * B, DType::i32, {B}, Device::cuda(0));
+          };
+          auto accept = [&](int i, int s) {
+            gdn::accept_tree_path({geo, spec, tc, sid(s), qslv, tparv, at_step(leaf, i), at_step(tacc, i)}, st);
+          };
+          TreeTiming tt;
+          tt.mean_accepted = td.mean_accepted;
+          tt.step_us = time_graph(st, o.reps, nsteps * ns, [&] {
+            for (int i = 0; i < nsteps; ++i)
+              for (int s = 0; s < ns; ++s) {
+                gdn::VerifyArgs va{geo, spec, inputs(ntok), w, tc, sid(s), qslv, outT, o.pdl};  // a tree verify: no pdl
+                va.tree_parent = tparv;
+                gdn::spec_verify(va, st);
+                accept(i, s);
+                commit_cursors(tc.cursor, sid(s), at_step(tacc, i), qslv, spec, st, o.pdl);
+              }
+          });
+          tt.accept_us = time_graph(st, o.reps, nsteps * ns, [&] {
+            for (int i = 0; i < nsteps; ++i)
+              for (int s = 0; s < ns; ++s) accept(i, s);
+          });
+          // every set's cursors see the same draws: one set simulated, over the timed replays after the warm-up one
+          tt.flush_frac = flush_fraction(spec, td.accepted, B, nsteps, 1, nsteps, (1 + o.reps) * nsteps);
+          const double chain_accepted = double(std::accumulate(acc.begin(), acc.end(), 0LL)) / double(acc.size());
+          print_tree_row(o.tree, T, B, tt, t_v, t_cs, chain_accepted);
+          rows.back().has_tree = true;
+          rows.back().tree = tt;
+          rows.back().classic_spec_us = t_cs;
+        }
         // As an engine runs it: the ns slot sets as ns layers (each its own checkpoint and rings, the same slot ids)
         // sharing one cursor tensor; every step verifies each layer, then commits once. Per layer step.
         if (ns > 1) {
@@ -350,10 +403,13 @@ void run_bench_gdn(const BenchGdnOptions& o) {
     j["L"] = o.L;
     j["history"] = o.history;
     j["gates"] = o.gates;
-    for (const Row& r : rows)
+    if (with_tree) j["tree"] = o.tree;
+    for (const Row& r : rows) {
       j["results"].push_back({{"model", r.model}, {"op", r.what}, {"batch", r.batch}, {"T", r.T}, {"us", r.us}, {"bytes", r.bytes},
                               {"tbps", r.bytes / r.us * 1e-6}, {"frac_copy", r.bytes / r.us * 1e-6 / copy}, {"speedup_vs_classic", r.ratio},
                               {"history", r.history}});
+      if (r.has_tree) add_tree_json(j["results"].back(), o.tree, r.tree, r.us, r.classic_spec_us);
+    }
     std::ofstream(o.json) << j.dump(1) << "\n";
     std::printf("wrote %s\n", o.json.c_str());
   }

@@ -16,6 +16,10 @@ struct BenchGdnOptions {
   int reps = 5;        // graph replays, median
   bool pdl = false;    // classic and replay steps launched as programmatic dependents (DecodeArgs::pdl)
   std::string gates = "per-head";  // or per-channel: a [tokens, HV, K], dt_bias [HV, K], g rings [.., K]
+  // Draft tree of the verify (as bench-spec --tree): chain (no tree_parent), binary (parent[j] = (j - 1) / 2) or star
+  // (parent[j] = 0). A tree is timed as verify + accept_tree_path + commit next to the chain's verify + commit; either
+  // gate kind.
+  std::string tree = "chain";
   std::string json;
 };
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "replayssm/bench_spec.hpp"  // tools/replayssm/bench_spec.hpp
+#include "replayssm/bench_tree.hpp"  // tools/replayssm/bench_tree.hpp (--tree, shared with bench-gdn)
 #include "replayssm/commands.hpp"
 #include "replayssm/error.hpp"
 
@@ -37,14 +38,13 @@ void register_bench_spec(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--dt", o->dt, "dtype of the dt input: act (the activation dtype) or f32")
       ->check(CLI::IsMember({"f32", "act"}))->capture_default_str();
-  cmd->add_option("--tree", o->tree,
-                  "Draft tree of the ReplaySSM verify: chain (no tree_parent), binary (parent[j] = (j - 1) / 2), star "
-                  "(parent[j] = 0). With a tree each step is spec_verify with tree_parent + accept_tree_path + "
-                  "commit_cursors (accepted leaf: a random node, num_accepted its depth + 1), printed in a row under the "
-                  "chain's verify + commit of the same run. The classic column stays the chain's classic speculative "
-                  "path: a tree's would write one state per node, at least the chain's cost, so classic / tree is a "
-                  "lower bound")
-      ->check(CLI::IsMember({"chain", "binary", "star"}))->capture_default_str();
+  add_tree_option(cmd, o->tree,
+                 "Draft tree of the ReplaySSM verify: chain (no tree_parent), binary (parent[j] = (j - 1) / 2), star "
+                 "(parent[j] = 0). With a tree each step is spec_verify with tree_parent + accept_tree_path + "
+                 "commit_cursors (accepted leaf: a random node, num_accepted its depth + 1), printed in a row under the "
+                 "chain's verify + commit of the same run. The classic column stays the chain's classic speculative "
+                 "path: a tree's would write one state per node, at least the chain's cost, so classic / tree is a "
+                 "lower bound");
   cmd->add_option("--json", o->json, "Write the results as JSON to this file");
   cmd->add_option("--seed", o->seed, "Random seed (accepted counts, inputs)")->capture_default_str();
   cmd->callback([o] {

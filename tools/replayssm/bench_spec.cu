@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "replayssm/bench_spec.hpp"
+#include "replayssm/bench_tree.hpp"  // tree shapes, random accepted nodes, flush share, the tree row (with bench-gdn)
 #include "replayssm/bench_types.hpp"
 #include "replayssm/replayssm.hpp"
 #include "replayssm/traffic.hpp"
@@ -132,43 +133,6 @@ double time_graph(cudaStream_t s, int steps, int reps, F&& body, int warm = 2) {
   return us[us.size() / 2];
 }
 
-// Window-local parents of the --tree shape (empty for the chain: no tree_parent) and each node's depth.
-std::vector<int32_t> tree_parents(const std::string& shape, int T) {
-  if (shape == "chain") return {};
-  if (shape != "binary" && shape != "star") throw Error("--tree", "unknown shape '" + shape + "' (chain, binary, star)");
-  std::vector<int32_t> p(size_t(T), -1);
-  for (int j = 1; j < T; ++j) p[size_t(j)] = shape == "binary" ? (j - 1) / 2 : 0;
-  return p;
-}
-std::vector<int> tree_depths(const std::vector<int32_t>& parent) {
-  std::vector<int> d(parent.size(), 0);
-  for (size_t j = 1; j < parent.size(); ++j) d[j] = d[size_t(parent[j])] + 1;
-  return d;
-}
-
-// Fraction of the timed row steps (from step `first` to `steps`) that flush, the cursors simulated over the graph's
-// accepted counts (S steps a graph, K slot sets) from the first warm-up step on.
-double flush_fraction(const SpecConfig& spec, const std::vector<int32_t>& acc, int rows, int S, int K, int first,
-                      int steps) {
-  std::vector<int> w(size_t(K) * rows, 0);
-  long long flushes = 0, counted = 0;
-  for (int step = 0; step < steps; ++step)
-    for (int r = 0; r < rows; ++r) {
-      int& wr = w[size_t(step % S % K) * rows + r];
-      const bool fl = spec.flush_due(wr);
-      if (step >= first) { flushes += fl; ++counted; }
-      const int k = acc[size_t(step % S) * rows + r];
-      wr = fl ? k : wr + k;
-    }
-  return double(flushes) / double(std::max<long long>(1, counted));
-}
-
-struct TreeTiming {
-  double step_us = 0;    // verify (tree_parent) + accept_tree_path + commit
-  double accept_us = 0;  // accept_tree_path alone
-  double mean_accepted = 0, flush_frac = 0;
-};
-
 struct Case {
   std::string model;
   int T, batch, history;
@@ -201,11 +165,7 @@ void run_bench_spec(const BenchSpecOptions& o) {
               o.pdl ? "; every op launched with pdl (with one slot set, consecutive launches share slots: timing only)"
                     : "");
   const bool with_tree = o.tree != "chain";
-  if (with_tree)
-    std::printf("tree %s: each step spec_verify with tree_parent + accept_tree_path + commit_cursors, accepted leaf a "
-                "random node (num_accepted its depth + 1), in a row under the chain's; the classic column is the chain's "
-                "classic speculative path, a lower bound on a tree's (one state per node), so cl/tree is a lower bound\n",
-                o.tree.c_str());
+  if (with_tree) print_tree_intro(o.tree);
   std::mt19937_64 rng(o.seed);
   std::mt19937_64 tree_rng(o.seed + 1);  // its own stream: the chain's accepted counts stay those of a run without --tree
   std::vector<Case> results;
@@ -332,18 +292,11 @@ void run_bench_spec(const BenchSpecOptions& o) {
         // ---- tree: verify with tree_parent + accept_tree_path + commit, on cursors of its own ----
         TreeTiming tt;
         if (with_tree) {
-          const std::vector<int32_t> par = tree_parents(o.tree, T);
-          const std::vector<int> depth = tree_depths(par);
-          std::vector<int32_t> parh(static_cast<size_t>(tok)), leafh(size_t(S) * rows), acch(size_t(S) * rows);
-          for (int64_t t = 0; t < tok; ++t) parh[size_t(t)] = par[size_t(t % T)];
-          for (size_t i = 0; i < leafh.size(); ++i) {
-            leafh[i] = std::uniform_int_distribution<int>(0, T - 1)(tree_rng);
-            acch[i] = depth[size_t(leafh[i])] + 1;
-            tt.mean_accepted += double(acch[i]) / double(leafh.size());
-          }
+          const TreeDraws td = draw_tree(o.tree, T, rows, S, tree_rng);
+          tt.mean_accepted = td.mean_accepted;
           DBuf tpar(DType::i32, {tok}), leaf(DType::i32, {int64_t(S) * rows}), tacc(DType::i32, {int64_t(S) * rows}),
               tcur(DType::i32, {int64_t(Kp) * rows, 2});
-          tpar.upload_i32(parh); leaf.upload_i32(leafh); tacc.upload_i32(acch);
+          tpar.upload_i32(td.parent); leaf.upload_i32(td.leaf); tacc.upload_i32(td.accepted);
           ck(cudaMemset(tcur.d, 0, size_t(Kp) * rows * 8), "memset");
           const mamba2::SpecCache tcache{ckpt.v, xr.v, dtr.v, br.v, tcur.v};
           auto accept = [&](int i, cudaStream_t s) {
@@ -365,7 +318,7 @@ void run_bench_spec(const BenchSpecOptions& o) {
           tt.accept_us = time_graph(st, S, o.reps, [&](cudaStream_t s) {
             for (int i = 0; i < S; ++i) accept(i, s);
           });
-          tt.flush_frac = flush_fraction(spec, acch, rows, S, Kp, warm * S, (warm + o.reps) * S);
+          tt.flush_frac = flush_fraction(spec, td.accepted, rows, S, Kp, warm * S, (warm + o.reps) * S);
           ck(cudaStreamSynchronize(st), "tree");
         }
         ck(cudaStreamSynchronize(st), "bench");
@@ -453,19 +406,8 @@ void run_bench_spec(const BenchSpecOptions& o) {
                   {"state_mem_per_request_classic_bytes", c.mem_classic}, {"state_mem_per_request_replay_bytes", c.mem_replay},
                   {"copy_bandwidth_Bps", copy_bw}, {"device", prop.name}});
     if (with_tree) {
-      const TreeTiming& t = c.tree;
-      std::printf("  %-19s %2d %5d | verify+accept+commit %9.2f us, accept alone %6.2f us | tree/chain %5.2f | "
-                  "cl/tree >= %5.2f | accepted %.2f (chain %.2f) | flush frac %5.3f\n",
-                  ("tree " + o.tree).c_str(), c.T, c.batch, t.step_us, t.accept_us, t.step_us / c.replay_us, c.classic_us / t.step_us,
-                  t.mean_accepted, c.mean_accepted, t.flush_frac);
-      nlohmann::json& e = js.back();
-      e["tree"] = o.tree;
-      e["tree_verify_accept_commit_us"] = t.step_us;
-      e["tree_accept_us"] = t.accept_us;
-      e["tree_over_chain"] = t.step_us / c.replay_us;
-      e["classic_spec_over_tree_lower_bound"] = c.classic_us / t.step_us;
-      e["tree_mean_accepted"] = t.mean_accepted;
-      e["tree_flush_row_fraction"] = t.flush_frac;
+      print_tree_row(o.tree, c.T, c.batch, c.tree, c.replay_us, c.classic_us, c.mean_accepted);
+      add_tree_json(js.back(), o.tree, c.tree, c.replay_us, c.classic_us);
     }
   }
   if (!o.json.empty()) {
