@@ -174,10 +174,10 @@ REPLAYSSM_C_EXPORT int replayssm_gdn_spec_verify(
     const DLTensor* cursor, const DLTensor* slot_idx, const DLTensor* query_start_loc, const DLTensor* out,
     void* stream);
 
-/* Tree speculation (gdn.hpp, VerifyArgs::tree_parent; CPU backend only for now, a CUDA device reports
- * "tree_parent"): replayssm_gdn_spec_verify with tree_parent [tokens] int32, each window token's parent within its
- * window (-1 at token 0; NULL: a chain). Then, per layer, replayssm_gdn_accept_tree_path (the accepted path's ring
- * entries to w, w + 1, ..; the cursor is read) and replayssm_commit_cursors once with the same num_accepted. */
+/* Tree speculation (gdn.hpp, VerifyArgs::tree_parent; both gate kinds, CPU and CUDA): replayssm_gdn_spec_verify
+ * with tree_parent [tokens] int32, each window token's parent within its window (-1 at token 0; NULL: a chain). Then,
+ * per layer, replayssm_gdn_accept_tree_path (the accepted path's ring entries to w, w + 1, ..; the cursor is read) and
+ * replayssm_commit_cursors once with the same num_accepted. */
 REPLAYSSM_C_EXPORT int replayssm_gdn_spec_verify_tree(
     int k_heads, int v_heads, int head_k_dim, int head_v_dim, int history, int window,
     const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* a, const DLTensor* b,

@@ -238,8 +238,7 @@ def gdn_spec_verify(
 ) -> None:
     """ReplaySSM gated-delta-rule speculative verify. pdl: as gdn_replay_decode's (gdn.hpp, VerifyArgs::pdl).
     tree_parent: [tokens] int32, a draft tree (each window token's parent within its window, -1 at token 0); then
-    gdn_accept_tree_path on every layer before commit_cursors (gdn.hpp, VerifyArgs::tree_parent). Trees run on the
-    CPU backend only for now: on CUDA tensors a tree_parent raises ReplaySSMError naming it."""
+    gdn_accept_tree_path on every layer before commit_cursors (gdn.hpp, VerifyArgs::tree_parent). Both gate kinds."""
     # One C entry for both: a null tree_parent is a chain (replayssm_gdn_spec_verify forwards there too).
     _launch_pdl(pdl, "replayssm_gdn_spec_verify_tree", q.device, *_gdn_geometry(q, v), history, window, q, k, v, a, b,
                 A_log, dt_bias, float(scale), int(qk_l2norm), checkpoint, d_ring, k_ring, g_ring, cursor, slot_idx,
@@ -253,7 +252,7 @@ def gdn_accept_tree_path(
 ) -> None:
     """As mamba2_accept_tree_path, for Gated DeltaNet: after gdn_spec_verify(tree_parent=...) on every layer, the
     accepted path's d, k and g ring entries move to w, w + 1, ..; the cursor is only read; then commit_cursors once
-    (gdn.hpp, accept_tree_path; CPU backend only for now)."""
+    (gdn.hpp, accept_tree_path)."""
     _, v_heads, _, head_v_dim = _sizes(d_ring, "cache.d_ring", 4, "[slots, v_heads, ring, head_v_dim]")
     _, k_heads, _, head_k_dim = _sizes(k_ring, "cache.k_ring", 4, "[slots, k_heads, ring, head_k_dim]")
     launch("replayssm_gdn_accept_tree_path", d_ring.device, k_heads, v_heads, head_k_dim, head_v_dim, history, window,
