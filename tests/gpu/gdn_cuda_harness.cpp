@@ -4,14 +4,14 @@
 namespace replayssm::test::gdn_cuda {
 
 // One step's outputs (the listed rows / tokens) against the float64 truth and the CPU backend: the largest error, and
-// that of the first and last eighth of the stream (error must not grow).
-void record_outputs(const Cfg& c, int step, const std::vector<int>& rows, const HostTensor& gpu, const HostTensor& truth,
-                    const HostTensor& cpu, Stats& st) {
+// that of the first and last eighth of the `steps`-step stream (error must not grow).
+void record_outputs(const Cfg& c, int step, int steps, const std::vector<int>& rows, const HostTensor& gpu,
+                    const HostTensor& truth, const HostTensor& cpu, Stats& st) {
   const auto got = rows_values(gpu, rows);
   const double e = max_err(got, rows_values(truth, rows));
   st.out_ref = std::max(st.out_ref, e);
-  if (step < c.steps / 8 + 1) st.first = std::max(st.first, e);
-  if (step >= c.steps - c.steps / 8 - 1) st.last = std::max(st.last, e);
+  if (step < steps / 8 + 1) st.first = std::max(st.first, e);
+  if (step >= steps - steps / 8 - 1) st.last = std::max(st.last, e);
   if (c.with_cpu) st.out_cpu = std::max(st.out_cpu, max_err(got, rows_values(cpu, rows)));
 }
 
@@ -131,7 +131,7 @@ Stats replay_stream(const Cfg& c, const Hook& before_step) {
     ra.slot_idx = fls.view();
     ra.update_round = DType::f64;
     ref::decode_step(ra);
-    record_outputs(c, step, live, out_gpu.h, ref_out, out_cpu, st);
+    record_outputs(c, step, c.steps, live, out_gpu.h, ref_out, out_cpu, st);
     st.pads_ok = st.pads_ok && pad_untouched(out_gpu.h, c.ids);
     bool any_flush = false;
     for (int r : live) any_flush |= fl[size_t(r)] != 0;
@@ -218,7 +218,7 @@ Stats spec_stream(const Cfg& c) {
       copy_slot(trace, qsl[size_t(r)] + acc[size_t(r)] - 1, truth, s);
     }
     if (!live_tok.empty()) {
-      record_outputs(c, step, live_tok, out_gpu.h, ref_out, out_cpu, st);
+      record_outputs(c, step, c.steps, live_tok, out_gpu.h, ref_out, out_cpu, st);
     }
     Mir acc_t(i32(acc));
     commit_cursors(cpu.cursor.view(), sidx.view(), acc_t.h.view(), qsl_t.h.view(), c.spec);

@@ -175,9 +175,9 @@ Tokens stream_tokens(const Cfg& c, int64_t rows, std::mt19937_64& rng);
 Weights stream_weights(const Cfg& c, std::mt19937_64& rng);
 ReplayCaches stream_caches(const Cfg& c, int R, int cursor_cols, std::mt19937_64& rng);
 // One step's outputs (the listed rows / tokens) against the float64 truth and the CPU backend: the largest error, and
-// that of the first and last eighth of the c.steps-step stream (error must not grow).
-void record_outputs(const Cfg& c, int step, const std::vector<int>& rows, const HostTensor& gpu, const HostTensor& truth,
-                    const HostTensor& cpu, Stats& st);
+// that of the first and last eighth of the `steps`-step stream (error must not grow).
+void record_outputs(const Cfg& c, int step, int steps, const std::vector<int>& rows, const HostTensor& gpu,
+                    const HostTensor& truth, const HostTensor& cpu, Stats& st);
 // Before a verify: the live slots (non-empty window) whose verify folds its history first (flush due, w > 0); the
 // float64 truth's checkpoint of each is rounded to the state dtype, as the kernel stores it.
 std::vector<int> flush_slots(const Cfg& c, const ReplayCaches& cpu, const std::vector<int32_t>& qsl, HostTensor& truth);

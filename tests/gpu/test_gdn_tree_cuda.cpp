@@ -44,8 +44,6 @@ struct TreeStats : Stats {
 TreeStats tree_stream(const Cfg& c, const TreeOpts& o) {
   std::mt19937_64 rng(c.seed);
   const int rows = int(c.ids.size()), T = c.spec.window;
-  Cfg cs = c;
-  cs.steps = o.steps;  // record_outputs' first and last eighth
   DevWeights w(stream_weights(c, rng));
   ReplayCaches cpu = stream_caches(c, c.spec.ring_len(), 2, rng);
   DevCaches gpu(cpu);
@@ -107,7 +105,7 @@ TreeStats tree_stream(const Cfg& c, const TreeOpts& o) {
       for (int t = t0; t < t0 + n; ++t) live_tok.push_back(t);
       copy_slot(trace, t0 + leaf[size_t(r)], truth, s);
     }
-    record_outputs(cs, step, live_tok, out_gpu.h, ref_out, out_cpu, st);
+    record_outputs(c, step, o.steps, live_tok, out_gpu.h, ref_out, out_cpu, st);
 
     // accept_tree_path on both, then commit.
     Mir acc_t(i32(acc)), leaf_t(i32(leaf));
